@@ -1,0 +1,49 @@
+"""Human view of a Plan (rich tables on stderr)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from deploy_kit.console import human_bytes
+from deploy_kit.plan.plan import Plan
+
+
+def show_plan(plan: Plan, console: Console) -> None:
+    s = plan.site
+    console.print(f"[bold]Site[/] {s['name']}: {s['hosts']} hosts, S3 name [cyan]{s['s3_fqdn']}"
+                  f"[/], remote_url [cyan]{s['remote_url']}[/], DNS {s['dns_mode']}, "
+                  f"Ceph {s['ceph_version']} ({s['ceph_rgw_mode']})")
+    for m in plan.models:
+        console.print(f"[bold]Model[/] {m.model} (TP {m.tensor_parallel} × PP "
+                      f"{m.pipeline_parallel}, KV {m.kv_dtype}) on {', '.join(m.hosts)}")
+        console.print(f"  {m.bytes_per_token:,} B/token; a {m.chunk_tokens}-token chunk is "
+                      f"{m.objects_per_chunk} object(s) of {human_bytes(m.object_bytes)} "
+                      f"({m.object_bytes:,} B), {human_bytes(m.chunk_bytes)} per chunk")
+        console.print(f"  {m.target_tokens:,} cached tokens need {human_bytes(m.storage_bytes)}"
+                      f" ({human_bytes(m.storage_raw_bytes)} raw); objects are named "
+                      f"{m.object_name_pattern}")
+    hosts = Table(title="Serving hosts", title_justify="left")
+    for col in ("host", "accelerator", "block", "workers", "pinned DRAM", "/dev/shm (LMCache)"):
+        hosts.add_column(col)
+    for h in plan.hosts:
+        hosts.add_row(h.host, h.accelerator, str(h.block_size), str(h.workers),
+                      human_bytes(h.pinned_dram_bytes), human_bytes(h.shm_bytes))
+    console.print(hosts)
+    pools = Table(title="RGW pools", title_justify="left")
+    for col in ("pool", "pg_num", "size", "min_size", "application"):
+        pools.add_column(col)
+    for p in plan.pools:
+        pools.add_row(p.name, str(p.pg_num), str(p.size), str(p.min_size), p.application)
+    console.print(pools)
+    per_osd = f", {plan.pgs_per_osd:.0f} per OSD" if plan.pgs_per_osd is not None else ""
+    console.print(f"PG replicas: {plan.pg_replicas:,}{per_osd}")
+    d = plan.dns
+    console.print(f"[bold]DNS[/] {' and '.join(d['names'])} → {d['expected_a_records']} A records "
+                  f"({', '.join(d['addresses'])}) from {', '.join(d['servers'])}")
+    console.print("[bold]Rollout[/]")
+    for i, step in enumerate(plan.rollout, 1):
+        serial = f" (serial {step.serial})" if step.serial else ""
+        console.print(f"  {i}. {step.phase}{serial}: {', '.join(step.hosts)}")
+    for w in plan.warnings:
+        console.print(f"[yellow]warning:[/] {w}")

@@ -1,0 +1,1 @@
+"""Inventory: reading it (load), its typed model (models) and cross-host rules (rules)."""

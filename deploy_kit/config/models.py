@@ -1,0 +1,147 @@
+"""Typed host variables: every public knob deploykit and its roles read, with its default.
+
+Keys that start with one of deploykit's prefixes are checked strictly (a misspelt key is an
+error, not a silent default); other keys (ansible_*, a site's own variables) pass through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
+                  "vllm_")
+SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key")
+
+Accelerator = Literal["cuda", "rocm", "gaudi3"]
+LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
+
+
+class PoolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    pg_num: int = Field(gt=0)
+    pgp_num: int | None = None
+    size: int = Field(default=2, ge=1, le=10)
+    min_size: int = Field(default=1, ge=1, le=10)
+    application: str = "rgw"
+
+
+DEFAULT_POOLS = (
+    PoolSpec(name="default.rgw.buckets.data", pg_num=2048, size=2, min_size=1),
+    PoolSpec(name="default.rgw.buckets.index", pg_num=64, size=2, min_size=1),
+    PoolSpec(name="default.rgw.buckets.non-ec", pg_num=64, size=2, min_size=1),
+)
+
+
+class HostConfig(BaseModel):
+    """The effective variables of one host after group/host precedence."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    # --- site: the S3 name every client uses, versions, secrets ---------------------------
+    deploykit_s3_fqdn: str = "s3.cephlab.com"
+    deploykit_s3_bucket: str = Field(default="lmcache", min_length=3, max_length=63,
+                                     pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
+    deploykit_s3_port: int = Field(default=80, ge=1, le=65535)
+    deploykit_s3_region: str = "default"
+    deploykit_s3_tls: bool = False
+    deploykit_s3_access_key: SecretStr | None = None
+    deploykit_s3_secret_key: SecretStr | None = None
+    deploykit_dns_mode: Literal["consul", "static"] = "consul"
+    deploykit_dns_ttl: int = Field(default=5, ge=0, le=3600)
+    deploykit_ceph_version: str = "19.2.3"
+    deploykit_ceph_osd_count: int | None = Field(default=None, ge=1)
+    deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0)
+    deploykit_address: str | None = None  # defaults to ansible_host
+
+    # --- ceph_rgw: gateways and the per-host HAProxy concentrator -------------------------
+    ceph_rgw_mode: Literal["cephadm", "packages"] = "cephadm"
+    ceph_rgw_service_id: str = "standard"
+    ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
+    ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
+    ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
+    ceph_rgw_concentrator_monitor_user: str = "admin"
+    ceph_rgw_networks: list[str] = Field(default_factory=list)
+    ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0)
+    ceph_rgw_thread_pool_size: int = Field(default=512, ge=8)
+    ceph_rgw_host_cpus: int | None = Field(default=None, ge=1)
+    ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
+    ceph_rgw_pools_noautoscale: bool = True
+    ceph_rgw_s3_user: str = "lmcache"
+    ceph_rgw_s3_display_name: str = "LMCache KV cache"
+    ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0)
+
+    # --- consul / coredns / resolver: one name, one A record per concentrator -------------
+    consul_datacenter: str = "dc1"
+    consul_data_dir: str = "/opt/consul"
+    consul_bootstrap_expect: int | None = Field(default=None, ge=1)
+    consul_dns_port: int = Field(default=8600, ge=1, le=65535)
+    consul_service_name: str = "s3"
+    consul_check_interval: str = Field(default="10s", pattern=r"^\d+(ms|s|m)$")
+    consul_check_timeout: str = Field(default="2s", pattern=r"^\d+(ms|s|m)$")
+    consul_version: str = "1.20.2"
+    coredns_port: int = Field(default=53, ge=1, le=65535)
+    coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
+    coredns_health_port: int = Field(default=8081, ge=1, le=65535)
+    coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
+    coredns_metrics_port: int = Field(default=9153, ge=1, le=65535)
+    coredns_version: str = "1.12.1"
+    resolver_manage: bool = True
+
+    # --- lmcache ----------------------------------------------------------------------
+    lmcache_version: str = "0.5.6"
+    lmcache_mode: LMCacheMode = "s3"
+    lmcache_chunk_size: int = Field(default=256, ge=1)
+    lmcache_local_cpu: bool | None = None  # None: the mode's default
+    lmcache_max_local_cpu_size: float | None = Field(default=None, ge=0)  # GB per worker
+    lmcache_save_unfull_chunk: bool = False
+    lmcache_enable_async_loading: bool = True
+    lmcache_blocking_timeout_secs: int = Field(default=100, ge=1)
+    lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
+    lmcache_s3_num_io_threads: int = Field(default=64, ge=1)
+    lmcache_s3_prefer_http2: bool = False
+    lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1)  # 0.3.x only
+    lmcache_nixl_backend: str = "OBJ"
+    lmcache_nixl_pool_size: int = Field(default=0, ge=0)  # 0: dynamic, content-addressed
+    lmcache_nixl_buffer_device: Literal["cpu", "cuda"] = "cpu"
+    lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1)
+    lmcache_disk_path: str = "/var/cache/lmcache"
+    lmcache_max_local_disk_size: float = Field(default=100.0, ge=0)
+    lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
+    lmcache_config_dir: str = "/etc/deploykit"
+
+    # --- vllm -------------------------------------------------------------------------
+    vllm_version: str = "0.33.0"
+    vllm_accelerator: Accelerator | None = None
+    vllm_model: str = "Qwen/Qwen3-32B"
+    vllm_model_config: str | None = None  # local HF config.json for geometry
+    vllm_tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    vllm_pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
+    vllm_kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
+                                 "float16"] = "auto"
+    vllm_dtype: str = "auto"
+    vllm_block_size: int | None = Field(default=None, ge=1)
+    vllm_max_model_len: int | None = Field(default=None, ge=1)
+    vllm_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    vllm_rope_scaling: dict[str, Any] | None = None
+    vllm_port: int = Field(default=8000, ge=1, le=65535)
+    vllm_python_hash_seed: int = Field(default=67, ge=0, le=4294967295)
+    vllm_kv_connector: str = "LMCacheConnectorV1"
+    vllm_kv_role: Literal["kv_both", "kv_producer", "kv_consumer"] = "kv_both"
+    vllm_kv_transfer_extra: dict[str, Any] = Field(default_factory=dict)
+    vllm_extra_args: list[str] = Field(default_factory=list)
+    vllm_extra_env: dict[str, str] = Field(default_factory=dict)
+    vllm_venv: str = "/opt/vllm"
+    vllm_user: str = "vllm"
+    vllm_serial: int = Field(default=1, ge=1)
+    vllm_concurrent_requests: int = Field(default=16, ge=1)
+
+    def declared_field_names(self) -> set[str]:
+        return set(type(self).model_fields)
+
+
+def known_keys() -> set[str]:
+    return set(HostConfig.model_fields)

@@ -1,0 +1,31 @@
+"""One call from an --inventory argument to a validated Site (no host is contacted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deploy_kit.config.load import load_inventory, resolve_inventory_path
+from deploy_kit.config.rules import validate_site
+from deploy_kit.config.site import Site, build_site
+from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.project import project_dir
+
+
+def read_vault_password(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise InventoryError([Problem(str(path), "--vault-password-file", str(exc.strerror),
+                                      "pass a readable file")]) from None
+
+
+def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
+    path = resolve_inventory_path(inventory, project_dir())
+    raw = load_inventory(path, read_vault_password(vault_password_file))
+    site, problems = build_site(raw)
+    problems += validate_site(site)
+    if problems:
+        raise InventoryError(problems)
+    return site

@@ -1,0 +1,302 @@
+"""Cross-host validation rules. Each rule is pure: Site in, problems out.
+
+The same constraints are asserted again by the roles' preflight tasks, so plain
+`ansible-playbook` runs are protected too; here they fail before any host is contacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from deploy_kit import compat
+from deploy_kit.config.site import Host, Site
+from deploy_kit.errors import Problem
+from deploy_kit.plan.geometry import chunk_layout, kv_dtype_bytes
+
+Rule = Callable[[Site], Iterator[Problem]]
+RULES: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
+
+
+def validate_site(site: Site) -> list[Problem]:
+    problems: list[Problem] = []
+    for check in RULES:
+        problems.extend(check(site))
+    return sorted(set(problems))
+
+
+def _src(site: Site, host: Host, key: str) -> str:
+    return host.source(key, site.hosts_file)
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@rule
+def groups_present(site: Site) -> Iterator[Problem]:
+    """Every tier needs hosts: rgw and dns always, consul_servers in consul mode."""
+    needed = ["rgw", "dns", "ceph_admin"]
+    if site.settings.deploykit_dns_mode == "consul":
+        needed.append("consul_servers")
+    for group in needed:
+        if not site.group(group):
+            yield Problem(site.hosts_file, group, "group has no hosts",
+                          f"add at least one host under children: {group}:")
+    for host in site.group("vllm"):
+        if host.config.vllm_accelerator is None:
+            yield Problem(_src(site, host, "vllm_accelerator"), "vllm_accelerator",
+                          f"host {host.name} has no accelerator",
+                          "set vllm_accelerator: cuda | rocm | gaudi3")
+
+
+@rule
+def versions_supported(site: Site) -> Iterator[Problem]:
+    """Pinned versions must be in the compatibility table (deploy_kit/data/compat.yaml)."""
+    checks: list[tuple[str, Callable[[str], Any]]] = [
+        ("lmcache_version", compat.lmcache), ("vllm_version", compat.vllm),
+        ("deploykit_ceph_version", compat.ceph)]
+    for host in site.hosts.values():
+        for key, lookup in checks:
+            value = getattr(host.config, key)
+            try:
+                lookup(value)
+            except ValueError as exc:
+                yield Problem(_src(site, host, key), key, str(exc),
+                              "pin a supported version")
+
+
+@rule
+def site_values_agree(site: Site) -> Iterator[Problem]:
+    """Site-wide values (the S3 name, bucket, port, DNS mode) must be one value everywhere."""
+    keys = ("deploykit_s3_fqdn", "deploykit_s3_bucket", "deploykit_s3_port",
+            "deploykit_s3_region", "deploykit_dns_mode", "deploykit_s3_tls")
+    yield from _agree(site, list(site.hosts.values()), keys, "every host")
+
+
+@rule
+def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
+    """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
+    keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
+            "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
+            "lmcache_mode")
+    yield from _agree(site, site.group("vllm"), keys, "every vllm host")
+
+
+def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
+           ) -> Iterator[Problem]:
+    if len(hosts) < 2:
+        return
+    for key in keys:
+        values: dict[Any, list[Host]] = {}
+        for host in hosts:
+            values.setdefault(getattr(host.config, key), []).append(host)
+        if len(values) > 1:
+            majority = max(values, key=lambda v: len(values[v]))
+            for value, members in values.items():
+                if value == majority:
+                    continue
+                for host in members:
+                    yield Problem(_src(site, host, key), key,
+                                  f"{host.name} has {value!r}, others have {majority!r}",
+                                  f"use one value on {scope} (cache keys would not match)")
+
+
+@rule
+def chunk_aligned_to_block(site: Site) -> Iterator[Problem]:
+    """LMCache chunk_size must be a multiple of vLLM's block size, or hashes never match."""
+    for host in site.group("vllm"):
+        if host.config.vllm_accelerator is None:
+            continue
+        chunk, block = host.config.lmcache_chunk_size, host.block_size
+        if chunk % block:
+            yield Problem(_src(site, host, "lmcache_chunk_size"), "lmcache_chunk_size",
+                          f"{chunk} is not a multiple of the vLLM block size {block} "
+                          f"on {host.name}",
+                          f"use a multiple of {block}, e.g. {max(block, chunk // block * block)}")
+
+
+@rule
+def no_unfull_chunks_remote(site: Site) -> Iterator[Problem]:
+    """S3 and NIXL refuse partial chunks: save_unfull_chunk must be false for them."""
+    for host in site.group("vllm"):
+        if host.config.lmcache_mode in ("s3", "nixl") and host.config.lmcache_save_unfull_chunk:
+            yield Problem(_src(site, host, "lmcache_save_unfull_chunk"),
+                          "lmcache_save_unfull_chunk",
+                          f"true with lmcache_mode {host.config.lmcache_mode} on {host.name}",
+                          "set it to false (remote backends reject partial chunks)")
+
+
+@rule
+def kv_transfer_config_valid(site: Site) -> Iterator[Problem]:
+    """Connector name exact; kv-transfer fields limited to what the pinned vLLM accepts."""
+    for host in site.group("vllm"):
+        try:
+            table = compat.vllm(host.config.vllm_version)
+        except ValueError:
+            continue
+        if host.config.vllm_kv_connector not in table.lmcache_connectors:
+            yield Problem(_src(site, host, "vllm_kv_connector"), "vllm_kv_connector",
+                          f"{host.config.vllm_kv_connector!r} is not an LMCache connector "
+                          f"of vLLM {host.config.vllm_version}",
+                          f"use one of {sorted(table.lmcache_connectors)} (exact spelling)")
+        for field in sorted(set(host.config.vllm_kv_transfer_extra) - table.kv_transfer_fields):
+            yield Problem(_src(site, host, "vllm_kv_transfer_extra"),
+                          f"vllm_kv_transfer_extra.{field}",
+                          f"vLLM {host.config.vllm_version} rejects this field",
+                          f"remove it (accepted: {', '.join(sorted(table.kv_transfer_fields))})")
+
+
+@rule
+def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
+    """Extra S3 keys must be ones the pinned LMCache reads (it ignores others silently)."""
+    for host in site.group("vllm"):
+        try:
+            table = compat.lmcache(host.config.lmcache_version)
+        except ValueError:
+            continue
+        src = _src(site, host, "lmcache_extra_config")
+        for key in sorted(host.config.lmcache_extra_config):
+            if key in table.s3_dead_keys:
+                yield Problem(src, f"lmcache_extra_config.{key}",
+                              f"LMCache {host.config.lmcache_version} no longer reads it "
+                              "(silently ignored)", "remove it")
+            elif key.startswith("s3_") and key not in table.s3_extra_keys:
+                yield Problem(src, f"lmcache_extra_config.{key}",
+                              f"not an S3 key of LMCache {host.config.lmcache_version}",
+                              f"use one of {', '.join(sorted(table.s3_extra_keys))}")
+            elif key in ("aws_access_key_id", "aws_secret_access_key"):
+                yield Problem(src, f"lmcache_extra_config.{key}", "secret written inline",
+                              "deploykit writes the credentials profile from the vault")
+        if host.config.lmcache_extra_config.get("save_chunk_meta"):
+            yield Problem(src, "lmcache_extra_config.save_chunk_meta",
+                          "must be false for S3", "remove it")
+        if host.config.lmcache_mode == "nixl" and not table.nixl_storage:
+            yield Problem(_src(site, host, "lmcache_mode"), "lmcache_mode",
+                          f"LMCache {host.config.lmcache_version} has no NIXL storage backend",
+                          "pin lmcache_version 0.4 or later, or use lmcache_mode s3")
+
+
+@rule
+def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
+    """A NIXL buffer on the GPU must hold whole chunks; on the CPU it must not be set."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.lmcache_mode != "nixl" or host.geometry is None:
+            continue
+        src = _src(site, host, "lmcache_nixl_buffer_size")
+        if c.lmcache_nixl_buffer_device == "cpu":
+            if c.lmcache_nixl_buffer_size is not None:
+                yield Problem(src, "lmcache_nixl_buffer_size",
+                              "must not be set with lmcache_nixl_buffer_device cpu",
+                              "remove it (the CPU pool is max_local_cpu_size)")
+            continue
+        layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
+                              tensor_parallel=c.vllm_tensor_parallel_size,
+                              pipeline_parallel=c.vllm_pipeline_parallel_size,
+                              dtype_bytes=kv_dtype_bytes(host.geometry, c.vllm_kv_cache_dtype))
+        size = c.lmcache_nixl_buffer_size
+        if size is None or size % layout.object_bytes:
+            fixed = max(1, -(-(size or 0) // layout.object_bytes)) * layout.object_bytes
+            yield Problem(src, "lmcache_nixl_buffer_size",
+                          f"{size} is not a multiple of the chunk object size "
+                          f"{layout.object_bytes} on {host.name}", f"use {fixed}")
+
+
+@rule
+def mla_single_stage(site: Site) -> Iterator[Problem]:
+    """MLA models store one object from rank 0; deploykit does not model MLA with PP > 1."""
+    for host in site.group("vllm"):
+        if host.geometry and host.geometry.mla and host.config.vllm_pipeline_parallel_size > 1:
+            yield Problem(_src(site, host, "vllm_pipeline_parallel_size"),
+                          "vllm_pipeline_parallel_size",
+                          "pipeline parallelism with an MLA model is not supported",
+                          "use vllm_pipeline_parallel_size: 1")
+
+
+@rule
+def pools_sane(site: Site) -> Iterator[Problem]:
+    """Pool min_size <= size and pg_num a power of two (Ceph warns on anything else)."""
+    for host in site.group("ceph_admin")[:1]:
+        src = _src(site, host, "ceph_rgw_pools_list")
+        names = [p.name for p in host.config.ceph_rgw_pools_list]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            yield Problem(src, f"ceph_rgw_pools_list[{dup}]", "pool listed twice",
+                          "keep one entry per pool")
+        for pool in host.config.ceph_rgw_pools_list:
+            key = f"ceph_rgw_pools_list[{pool.name}]"
+            if pool.min_size > pool.size:
+                yield Problem(src, f"{key}.min_size", f"{pool.min_size} > size {pool.size}",
+                              f"use min_size <= {pool.size}")
+            for field in ("pg_num", "pgp_num"):
+                value = getattr(pool, field)
+                if value is not None and not is_power_of_two(value):
+                    lower = 1 << (value.bit_length() - 1)
+                    yield Problem(src, f"{key}.{field}", f"{value} is not a power of two",
+                                  f"use {lower} or {lower * 2}")
+
+
+@rule
+def consul_quorum(site: Site) -> Iterator[Problem]:
+    """bootstrap_expect cannot exceed the servers that exist, or Consul never elects."""
+    servers = site.group("consul_servers")
+    for host in servers:
+        expect = host.config.consul_bootstrap_expect
+        if expect is not None and expect > len(servers):
+            yield Problem(_src(site, host, "consul_bootstrap_expect"),
+                          "consul_bootstrap_expect",
+                          f"{expect} > {len(servers)} hosts in consul_servers",
+                          f"use at most {len(servers)}")
+            return
+
+
+@rule
+def rgw_fits_cores(site: Site) -> Iterator[Problem]:
+    """RGW daemons per host must fit the host's cores."""
+    for host in site.group("rgw"):
+        cpus = host.config.ceph_rgw_host_cpus
+        if cpus is not None and host.config.ceph_rgw_count_per_host > cpus:
+            yield Problem(_src(site, host, "ceph_rgw_count_per_host"),
+                          "ceph_rgw_count_per_host",
+                          f"{host.config.ceph_rgw_count_per_host} daemons on {host.name} "
+                          f"with {cpus} cores", f"use at most {cpus}")
+
+
+@rule
+def s3_name_consistent(site: Site) -> Iterator[Problem]:
+    """The S3 name must be a DNS name under which <bucket>.<fqdn> can exist."""
+    fqdn = site.settings.deploykit_s3_fqdn
+    labels = fqdn.split(".")
+    if len(labels) < 2 or not all(labels) or any(len(x) > 63 for x in labels):
+        yield Problem(site.settings_source("deploykit_s3_fqdn"), "deploykit_s3_fqdn",
+                      f"{fqdn!r} is not a fully qualified name",
+                      "use a name such as s3.example.com")
+    if "." in site.settings.deploykit_s3_bucket:
+        yield Problem(site.settings_source("deploykit_s3_bucket"), "deploykit_s3_bucket",
+                      "a dot in the bucket breaks virtual-hosted addressing",
+                      "use letters, digits and dashes")
+
+
+@rule
+def rgw_ports_distinct(site: Site) -> Iterator[Problem]:
+    """The concentrator and monitor ports cannot fall inside the gateways' port range."""
+    for host in site.group("rgw")[:1]:
+        c = host.config
+        first = c.ceph_rgw_frontend_port
+        gateway_ports = range(first, first + c.ceph_rgw_count_per_host)
+        for key in ("deploykit_s3_port", "ceph_rgw_concentrator_monitor_port"):
+            port = getattr(c, key)
+            if port in gateway_ports:
+                yield Problem(_src(site, host, key), key,
+                              f"{port} collides with the gateway ports {first}-"
+                              f"{gateway_ports[-1]}",
+                              f"move ceph_rgw_frontend_port (e.g. {port + 100}) or this port")
+        if c.deploykit_s3_port == c.ceph_rgw_concentrator_monitor_port:
+            yield Problem(_src(site, host, "ceph_rgw_concentrator_monitor_port"),
+                          "ceph_rgw_concentrator_monitor_port", "same as deploykit_s3_port",
+                          "use another port (default 1967)")

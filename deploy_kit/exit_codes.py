@@ -1,0 +1,17 @@
+"""Process exit codes: one documented enum, mapped from exceptions only in cli.app."""
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit status of every deploykit command (also listed in the README)."""
+
+    OK = 0
+    INTERNAL_ERROR = 1  # a bug in deploykit: please report it with --debug output
+    USAGE = 2  # bad command line (Click's own code)
+    INVALID_INVENTORY = 3  # inventory or config failed validation; no host was contacted
+    ANSIBLE_FAILED = 4  # one or more Ansible tasks failed
+    HOSTS_UNREACHABLE = 5  # one or more hosts could not be reached
+    VERIFY_FAILED = 6  # `verify` found at least one failing check
+    ENVIRONMENT = 7  # this machine lacks something the command needs (root, a package)
+    INTERRUPTED = 130

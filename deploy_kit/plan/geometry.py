@@ -1,0 +1,134 @@
+"""KV-cache geometry of a model and the LMCache object sizes that follow from it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1,
+               "fp8_e4m3": 1, "fp8_e5m2": 1}
+
+# LMCache's dtype names in object keys (lmcache/utils.py).
+LMCACHE_DTYPE_NAMES = {"bfloat16": "bfloat16", "float16": "half", "half": "half",
+                       "float32": "float", "float": "float", "fp8": "fp8_e4m3fn",
+                       "fp8_e4m3": "fp8_e4m3fn", "fp8_e5m2": "fp8_e5m2"}
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """What decides the KV bytes a model stores per token."""
+
+    num_layers: int
+    dtype: str = "bfloat16"
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    mla: bool = False
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPE_BYTES)})")
+        if self.num_layers <= 0:
+            raise ValueError("num_layers must be positive")
+        if self.mla and self.kv_lora_rank + self.qk_rope_head_dim <= 0:
+            raise ValueError("an MLA model needs kv_lora_rank and qk_rope_head_dim")
+        if not self.mla and (self.num_kv_heads <= 0 or self.head_dim <= 0):
+            raise ValueError("num_kv_heads and head_dim must be positive")
+
+
+@dataclass(frozen=True)
+class ChunkLayout:
+    """How one LMCache chunk of a model lands in the object store."""
+
+    bytes_per_token: int  # all ranks together, i.e. what the model's KV costs per token
+    object_bytes: int  # one S3 object (one TP/PP rank's share of one chunk)
+    objects_per_chunk: int
+    chunk_tokens: int
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes in the bucket per chunk (all objects of the chunk)."""
+        return self.object_bytes * self.objects_per_chunk
+
+
+def kv_dtype_bytes(geometry: ModelGeometry, kv_cache_dtype: str) -> int:
+    """vLLM's --kv-cache-dtype 'auto' keeps the model dtype; fp8 variants are one byte."""
+    if kv_cache_dtype == "auto":
+        return DTYPE_BYTES[geometry.dtype]
+    return DTYPE_BYTES[kv_cache_dtype]
+
+
+def bytes_per_token(geometry: ModelGeometry, dtype_bytes: int) -> int:
+    """2 (K and V) x layers x KV heads x head dim x dtype size; MLA stores one latent."""
+    if geometry.mla:
+        latent = geometry.kv_lora_rank + geometry.qk_rope_head_dim
+        return geometry.num_layers * latent * dtype_bytes
+    return 2 * geometry.num_layers * geometry.num_kv_heads * geometry.head_dim * dtype_bytes
+
+
+def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel: int,
+                 pipeline_parallel: int = 1, dtype_bytes: int = 2) -> ChunkLayout:
+    """One object per TP x PP rank; MLA models store a single object from rank 0.
+
+    Each rank holds max(1, kv_heads // tp) heads (heads are replicated when TP > heads) and
+    num_layers // pp layers, matching LMCacheMetadata.get_shapes().
+    """
+    if tensor_parallel < 1 or pipeline_parallel < 1:
+        raise ValueError("tensor and pipeline parallel sizes must be >= 1")
+    total = bytes_per_token(geometry, dtype_bytes)
+    if geometry.mla:
+        per_object_token = total
+        objects = 1
+    else:
+        heads_per_rank = max(1, geometry.num_kv_heads // tensor_parallel)
+        layers_per_stage = -(-geometry.num_layers // pipeline_parallel)
+        per_object_token = 2 * layers_per_stage * heads_per_rank * geometry.head_dim * dtype_bytes
+        objects = tensor_parallel * pipeline_parallel
+    return ChunkLayout(bytes_per_token=total, object_bytes=per_object_token * chunk_tokens,
+                       objects_per_chunk=objects, chunk_tokens=chunk_tokens)
+
+
+@cache
+def presets() -> dict[str, ModelGeometry]:
+    text = resources.files("deploy_kit").joinpath("data/models.yaml").read_text()
+    raw: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    return {name: ModelGeometry(**fields) for name, fields in raw.items()}
+
+
+def find_preset(model: str) -> ModelGeometry | None:
+    """Match the model string exactly, then by its last path part (local paths, mirrors)."""
+    table = presets()
+    if model in table:
+        return table[model]
+    tail = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    for name, geometry in table.items():
+        if name.rsplit("/", 1)[-1].lower() == tail:
+            return geometry
+    return None
+
+
+_HF_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+def from_hf_config(path: Path) -> ModelGeometry:
+    """Geometry from a Hugging Face config.json (the text_config of multimodal models)."""
+    data: dict[str, Any] = json.loads(path.read_text())
+    data = data.get("text_config", data)
+    dtype = _HF_DTYPES.get(str(data.get("torch_dtype") or data.get("dtype") or "bfloat16"),
+                           "bfloat16")
+    layers = int(data["num_hidden_layers"])
+    if data.get("kv_lora_rank"):
+        return ModelGeometry(num_layers=layers, dtype=dtype, mla=True,
+                             kv_lora_rank=int(data["kv_lora_rank"]),
+                             qk_rope_head_dim=int(data.get("qk_rope_head_dim", 0)))
+    heads = int(data["num_attention_heads"])
+    kv_heads = int(data.get("num_key_value_heads") or heads)
+    head_dim = int(data.get("head_dim") or int(data["hidden_size"]) // heads)
+    return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads, head_dim=head_dim)

@@ -1,0 +1,194 @@
+"""Build the deployment plan: per-model geometry, per-host needs, pools, DNS and rollout."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from deploy_kit import compat
+from deploy_kit.config.site import Host, Site
+from deploy_kit.plan import sizing
+from deploy_kit.plan.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
+from deploy_kit.render.names import remote_url
+
+PLAN_SCHEMA = 1
+
+
+@dataclass
+class ModelPlan:
+    model: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    kv_dtype: str
+    chunk_tokens: int
+    bytes_per_token: int
+    object_bytes: int
+    objects_per_chunk: int
+    chunk_bytes: int
+    target_tokens: int
+    storage_bytes: int
+    storage_raw_bytes: int
+    object_name_pattern: str
+    hosts: list[str]
+
+
+@dataclass
+class HostPlan:
+    host: str
+    accelerator: str
+    block_size: int
+    workers: int
+    pinned_dram_bytes: int
+    shm_bytes: int
+
+
+@dataclass
+class PoolPlan:
+    name: str
+    pg_num: int
+    size: int
+    min_size: int
+    application: str
+
+
+@dataclass
+class RolloutStep:
+    phase: str
+    hosts: list[str]
+    serial: int | None = None
+
+
+@dataclass
+class Plan:
+    schema: int
+    site: dict[str, Any]
+    models: list[ModelPlan]
+    hosts: list[HostPlan]
+    pools: list[PoolPlan]
+    pg_replicas: int
+    pgs_per_osd: float | None
+    dns: dict[str, Any]
+    rollout: list[RolloutStep]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _data_pool_size(site: Site) -> int:
+    admin = site.group("ceph_admin")
+    pools = admin[0].config.ceph_rgw_pools_list if admin else site.settings.ceph_rgw_pools_list
+    data = [p for p in pools if p.name.endswith(".data")]
+    return data[0].size if data else 1
+
+
+def _model_plans(site: Site) -> list[ModelPlan]:
+    groups: dict[tuple[Any, ...], list[Host]] = {}
+    for host in site.group("vllm"):
+        c = host.config
+        key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size,
+               c.vllm_kv_cache_dtype, c.lmcache_chunk_size)
+        groups.setdefault(key, []).append(host)
+    replicas = _data_pool_size(site)
+    plans = []
+    for (model, tp, pp, kv_dtype, chunk), hosts in sorted(groups.items()):
+        geometry = hosts[0].geometry
+        if geometry is None:
+            continue
+        dtype_bytes = kv_dtype_bytes(geometry, kv_dtype)
+        layout = chunk_layout(geometry, chunk_tokens=chunk, tensor_parallel=tp,
+                              pipeline_parallel=pp, dtype_bytes=dtype_bytes)
+        target = hosts[0].config.deploykit_cache_target_tokens
+        storage = sizing.capacity_bytes(target, layout.chunk_bytes, chunk)
+        dtype_name = LMCACHE_DTYPE_NAMES.get(
+            geometry.dtype if kv_dtype == "auto" else kv_dtype, kv_dtype)
+        world = 1 if geometry.mla else tp * pp
+        plans.append(ModelPlan(
+            model=model, tensor_parallel=tp, pipeline_parallel=pp, kv_dtype=dtype_name,
+            chunk_tokens=chunk, bytes_per_token=layout.bytes_per_token,
+            object_bytes=layout.object_bytes, objects_per_chunk=layout.objects_per_chunk,
+            chunk_bytes=layout.chunk_bytes, target_tokens=target, storage_bytes=storage,
+            storage_raw_bytes=storage * replicas,
+            object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",
+            hosts=sorted(h.name for h in hosts)))
+    return plans
+
+
+def _host_plans(site: Site) -> list[HostPlan]:
+    out = []
+    for host in site.group("vllm"):
+        c = host.config
+        object_bytes = 0
+        if host.geometry is not None:
+            object_bytes = chunk_layout(
+                host.geometry, chunk_tokens=c.lmcache_chunk_size,
+                tensor_parallel=c.vllm_tensor_parallel_size,
+                pipeline_parallel=c.vllm_pipeline_parallel_size,
+                dtype_bytes=kv_dtype_bytes(host.geometry, c.vllm_kv_cache_dtype)).object_bytes
+        out.append(HostPlan(
+            host=host.name, accelerator=c.vllm_accelerator or "?", block_size=host.block_size,
+            workers=host.workers, pinned_dram_bytes=sizing.pinned_dram_bytes(c, host.workers),
+            shm_bytes=sizing.shm_bytes(c, host.workers, object_bytes)))
+    return sorted(out, key=lambda h: h.host)
+
+
+def rollout(site: Site) -> list[RolloutStep]:
+    """Dependency order: pools before any RGW, DNS before clients, serving hosts last."""
+    names = {g: sorted(h.name for h in site.group(g)) for g in
+             ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")}
+    consul_agents = sorted(set(names["consul_servers"]) | set(names["rgw"]))
+    steps = [RolloutStep("ceph_rgw_pools", names["ceph_admin"][:1]),
+             RolloutStep("ceph_rgw", names["rgw"]),
+             RolloutStep("ceph_rgw_s3", names["ceph_admin"][:1])]
+    if site.settings.deploykit_dns_mode == "consul":
+        steps.append(RolloutStep("consul", consul_agents))
+    steps += [RolloutStep("coredns", names["dns"]),
+              RolloutStep("resolver", names["vllm"]),
+              RolloutStep("lmcache", names["vllm"]),
+              RolloutStep("vllm", names["vllm"], serial=site.settings.vllm_serial)]
+    return [s for s in steps if s.hosts]
+
+
+def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
+    out = []
+    ceph = compat.ceph(site.settings.deploykit_ceph_version)
+    if site.settings.ceph_rgw_mode == "cephadm" and not ceph.has_concentrator:
+        out.append(f"ceph {site.settings.deploykit_ceph_version} ({ceph.release}) has no cephadm "
+                   "concentrator: the RGW spec uses an `ingress` service instead")
+    if pgs_per_osd is not None and pgs_per_osd > 250:
+        out.append(f"{pgs_per_osd:.0f} PG replicas per OSD exceeds mon_max_pg_per_osd (250): "
+                   "lower pg_num or add OSDs")
+    if site.settings.deploykit_s3_tls is False:
+        out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
+                   "storage network only")
+    if len(site.group("rgw")) == 1:
+        out.append("one RGW host: every S3 request goes to one concentrator")
+    return out
+
+
+def build_plan(site: Site) -> Plan:
+    s = site.settings
+    admin = site.group("ceph_admin")
+    pools = (admin[0].config if admin else s).ceph_rgw_pools_list
+    load = sizing.pool_load(pools, s.deploykit_ceph_osd_count)
+    rgw = site.group("rgw")
+    dns_servers = site.group("dns")
+    return Plan(
+        schema=PLAN_SCHEMA,
+        site={"name": site.name, "s3_fqdn": s.deploykit_s3_fqdn,
+              "bucket": s.deploykit_s3_bucket, "remote_url": remote_url(s),
+              "dns_mode": s.deploykit_dns_mode, "ceph_version": s.deploykit_ceph_version,
+              "ceph_rgw_mode": s.ceph_rgw_mode,
+              "hosts": len(site.hosts)},
+        models=_model_plans(site),
+        hosts=_host_plans(site),
+        pools=[PoolPlan(p.name, p.pg_num, p.size, p.min_size, p.application) for p in pools],
+        pg_replicas=load.total_pg_replicas,
+        pgs_per_osd=load.pgs_per_osd,
+        dns={"names": [s.deploykit_s3_fqdn, f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}"],
+             "expected_a_records": sizing.expected_a_records(len(rgw)),
+             "addresses": sorted(h.address for h in rgw),
+             "servers": sorted(h.address for h in dns_servers)},
+        rollout=rollout(site),
+        warnings=_warnings(site, load.pgs_per_osd),
+    )

@@ -1,0 +1,1 @@
+"""Pure builders for every file deploykit deploys: data first, serialised or templated last."""

@@ -1,0 +1,104 @@
+"""Every file each host receives, keyed by host and absolute path: what `render` writes and
+what the roles install (they call these same builders through deploykit's filter plugin)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy_kit.config.site import Host, Site
+from deploy_kit.render import consul, dns, names, storage, vllm
+from deploy_kit.render.lmcache import render_lmcache_yaml
+from deploy_kit.render.templating import render_template
+
+CLUSTER = "_cluster"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    content: str
+    mode: int = 0o644
+    secret: bool = False
+
+
+Tree = dict[str, dict[str, RenderedFile]]
+
+
+def credentials_file(host: Host) -> RenderedFile:
+    """AWS profile for LMCache/NIXL; unknown keys (locked vault) render as a marker, not ''."""
+    c = host.config
+    access = c.deploykit_s3_access_key.get_secret_value() if c.deploykit_s3_access_key \
+        else "<vault:deploykit_s3_access_key>"
+    secret = c.deploykit_s3_secret_key.get_secret_value() if c.deploykit_s3_secret_key \
+        else "<vault:deploykit_s3_secret_key>"
+    return RenderedFile(render_template("aws-credentials.j2", profile=names.aws_profile(c),
+                                        access_key=access, secret_key=secret),
+                        mode=0o600, secret=True)
+
+
+def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
+    c = host.config
+    files: dict[str, RenderedFile] = {}
+    if "rgw" in host.groups:
+        if c.ceph_rgw_mode == "packages":
+            files[names.RGW_CONF_PATH] = RenderedFile(storage.render_rgw_conf(host))
+        if storage.deploykit_manages_concentrator(c):
+            files[names.HAPROXY_CFG_PATH] = RenderedFile(storage.render_haproxy(host))
+        if c.deploykit_dns_mode == "consul":
+            files[names.CONSUL_SERVICE_PATH] = RenderedFile(
+                consul.dump_json(consul.s3_service(host)))
+    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+        files[names.CONSUL_AGENT_PATH] = RenderedFile(
+            consul.dump_json(consul.agent_config(site, host)))
+    if "dns" in host.groups:
+        files[f"{names.COREDNS_DIR}/Corefile"] = RenderedFile(dns.render_corefile(site, host))
+        if c.deploykit_dns_mode == "static":
+            files[dns.zone_file_path(host)] = RenderedFile(dns.render_zone(site, host))
+    if "vllm" in host.groups:
+        if c.resolver_manage:
+            files["/etc/resolv.conf"] = RenderedFile(dns.render_resolv_conf(site))
+        files[names.lmcache_config_path(c)] = RenderedFile(render_lmcache_yaml(c))
+        if c.lmcache_mode in ("s3", "nixl"):
+            files[names.credentials_path(c)] = credentials_file(host)
+            files[names.aws_config_path(c)] = RenderedFile(render_template(
+                "aws-config.j2", profile=names.aws_profile(c), region=c.deploykit_s3_region,
+                endpoint_url=names.endpoint_url(c)))
+        files[names.vllm_env_path(c)] = RenderedFile(vllm.render_env_file(host))
+        files[names.VLLM_UNIT_PATH] = RenderedFile(vllm.render_unit(host))
+    return files
+
+
+def cluster_files(site: Site) -> dict[str, RenderedFile]:
+    s = site.settings
+    files = {
+        "ceph/rgw-pools.sh": RenderedFile(storage.render_pools_script(site), mode=0o755),
+        "s3/lifecycle.json": RenderedFile(
+            json.dumps(storage.lifecycle_rules(s), indent=2) + "\n"),
+    }
+    if s.ceph_rgw_mode == "cephadm":
+        files["cephadm/rgw-spec.yaml"] = RenderedFile(storage.render_rgw_spec(site))
+    return files
+
+
+def render_site(site: Site) -> Tree:
+    tree: Tree = {name: host_files(site, host) for name, host in sorted(site.hosts.items())}
+    tree[CLUSTER] = cluster_files(site)
+    return tree
+
+
+def write_tree(tree: Tree, out: Path) -> int:
+    """Write DIR/<host>/<absolute path>; returns the number of files written."""
+    count = 0
+    for host, files in tree.items():
+        for path, rendered in files.items():
+            target = out / host / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # create with the final mode so a secret is never briefly world-readable
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, rendered.mode)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(rendered.content)
+            os.chmod(target, rendered.mode)
+            count += 1
+    return count

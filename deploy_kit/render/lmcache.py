@@ -1,0 +1,77 @@
+"""LMCache YAML for the pinned version and mode, built as data and serialised."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from deploy_kit import compat
+from deploy_kit.config.models import HostConfig
+from deploy_kit.plan.sizing import local_cpu, max_local_cpu_gb
+from deploy_kit.render.names import HEADER, endpoint_url, remote_url
+
+
+def _s3_extra(c: HostConfig) -> dict[str, Any]:
+    table = compat.lmcache(c.lmcache_version)
+    extra: dict[str, Any] = {"s3_region": c.deploykit_s3_region}
+    if table.series == "0.3":
+        extra |= {"s3_max_io_concurrency": c.lmcache_s3_max_inflight_reqs,
+                  "s3_max_inflight_reqs": c.lmcache_s3_max_inflight_reqs}
+    else:
+        extra["s3_num_io_threads"] = c.lmcache_s3_num_io_threads
+    extra |= {"s3_prefer_http2": c.lmcache_s3_prefer_http2, "s3_enable_s3express": False}
+    if table.s3_tls_default_on and not c.deploykit_s3_tls:
+        extra["disable_tls"] = True  # 0.4+ speaks TLS by default; every request fails on HTTP
+    extra["save_chunk_meta"] = False
+    return extra
+
+
+def _nixl_extra(c: HostConfig) -> dict[str, Any]:
+    params = {  # NIXL passes these to its OBJ plugin unchanged; all values are strings
+        "endpoint_override": endpoint_url(c),
+        "scheme": "https" if c.deploykit_s3_tls else "http",
+        "region": c.deploykit_s3_region,
+        "bucket": c.deploykit_s3_bucket,
+        "req_checksum": "required",
+    }
+    return {"enable_nixl_storage": True, "nixl_backend": c.lmcache_nixl_backend,
+            "nixl_pool_size": c.lmcache_nixl_pool_size, "nixl_backend_params": params}
+
+
+def build_lmcache_config(c: HostConfig) -> dict[str, Any]:
+    """Keys in LMCache's own order of importance; extra_config last, user keys merged in."""
+    cfg: dict[str, Any] = {
+        "chunk_size": c.lmcache_chunk_size,
+        "local_cpu": local_cpu(c),
+        "max_local_cpu_size": max_local_cpu_gb(c),
+    }
+    extra: dict[str, Any] = {}
+    if c.lmcache_mode == "s3":
+        cfg["remote_url"] = remote_url(c)
+        cfg["remote_serde"] = c.lmcache_remote_serde
+        extra = _s3_extra(c)
+    elif c.lmcache_mode == "nixl":
+        cfg["remote_serde"] = c.lmcache_remote_serde
+        cfg["nixl_buffer_device"] = c.lmcache_nixl_buffer_device
+        if c.lmcache_nixl_buffer_device == "cuda":
+            cfg["nixl_buffer_size"] = c.lmcache_nixl_buffer_size
+        extra = _nixl_extra(c)
+    elif c.lmcache_mode == "disk":
+        cfg["local_disk"] = f"file://{c.lmcache_disk_path.rstrip('/')}/"
+        cfg["max_local_disk_size"] = c.lmcache_max_local_disk_size
+    cfg["save_unfull_chunk"] = c.lmcache_save_unfull_chunk
+    cfg["enable_async_loading"] = c.lmcache_enable_async_loading
+    cfg["blocking_timeout_secs"] = c.lmcache_blocking_timeout_secs
+    extra |= c.lmcache_extra_config
+    if extra:
+        cfg["extra_config"] = extra
+    return cfg
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return f"# {HEADER}\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def render_lmcache_yaml(c: HostConfig) -> str:
+    return dump_yaml(build_lmcache_config(c))

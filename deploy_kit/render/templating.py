@@ -1,0 +1,41 @@
+"""The one Jinja environment for text formats with no serialiser (Corefile, units, INI)."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+import jinja2
+
+from deploy_kit.project import templates_dir
+from deploy_kit.render.names import HEADER
+
+_SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def systemd_quote(word: str) -> str:
+    """Quote one ExecStart word; `%` and `$` are escaped so systemd passes them literally."""
+    word = word.replace("%", "%%").replace("$", "$$")
+    if _SYSTEMD_PLAIN.match(word):
+        return word
+    return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # config files, not HTML
+    )
+    env.filters["regex_escape"] = re.escape
+    env.filters["systemd_quote"] = systemd_quote
+    return env
+
+
+def render_template(name: str, **context: Any) -> str:
+    return environment().get_template(name).render(header=HEADER, **context)

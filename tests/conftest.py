@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden expected files from the current renderers")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+BASE_HOSTS = {
+    "all": {"children": {
+        "ceph_admin": {"hosts": {"adm1": {"ansible_host": "10.0.0.10"}}},
+        "rgw": {"hosts": {"rgw1": {"ansible_host": "10.0.0.11"},
+                          "rgw2": {"ansible_host": "10.0.0.12"}}},
+        "consul_servers": {"hosts": {"c1": {"ansible_host": "10.0.0.21"}}},
+        "dns": {"hosts": {"dns1": {"ansible_host": "10.0.0.31"}}},
+        "vllm": {"hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda"},
+                           "gpu2": {"ansible_host": "10.0.1.2", "vllm_accelerator": "rocm"}}},
+    }}
+}
+
+InventoryFactory = Callable[..., Path]
+
+
+@pytest.fixture
+def make_inventory(tmp_path: Path) -> InventoryFactory:
+    """Write a small valid inventory; keyword args add group_vars/<group>.yml contents."""
+
+    def make(hosts: dict | None = None, files: dict[str, str] | None = None,
+             **group_vars: dict) -> Path:
+        root = tmp_path / "inv"
+        (root / "group_vars").mkdir(parents=True, exist_ok=True)
+        (root / "hosts.yml").write_text(yaml.safe_dump(hosts or BASE_HOSTS))
+        for group, data in group_vars.items():
+            (root / "group_vars" / f"{group}.yml").write_text(yaml.safe_dump(data))
+        for rel, text in (files or {}).items():
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(textwrap.dedent(text))
+        return root
+
+    return make

@@ -1,0 +1,68 @@
+"""The CLI end to end in a subprocess: exit codes, stdout/stderr split, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, InventoryFactory
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy_kit", *args], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, **(env or {})})
+
+
+def test_plan_json_has_the_geometry_numbers() -> None:
+    result = run("plan", "--inventory", "inventory/example", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    model = plan["models"][0]
+    assert (model["bytes_per_token"], model["object_bytes"], model["objects_per_chunk"]) == \
+        (262_144, 32 * 1024 * 1024, 2)
+    assert plan["dns"]["expected_a_records"] == 4
+    assert [s["phase"] for s in plan["rollout"]][:3] == ["ceph_rgw_pools", "ceph_rgw",
+                                                         "ceph_rgw_s3"]
+
+
+def test_plan_by_name_and_human_output() -> None:
+    result = run("plan", "-i", "example")
+    assert result.returncode == 0
+    assert result.stdout == ""  # humans read stderr; stdout is for --json
+    assert "262,144 B/token" in result.stderr and "4 A records" in result.stderr
+
+
+def test_bad_inventory_exit_3_every_problem_one_line_each(
+        make_inventory: InventoryFactory) -> None:
+    root = make_inventory(vllm={"lmcache_chunk_size": 250},
+                          all={"deploykit_s3_secret_key": "plain-secret-in-git",
+                               "vllm_prot": 1})
+    result = run("render", "-i", str(root), "--out", str(root / "out"))
+    assert result.returncode == 3
+    lines = [ln for ln in result.stderr.splitlines() if " — " in ln]
+    assert len(lines) == 4  # chunk on two hosts, inline secret, misspelt key
+    assert any("vllm_prot: unknown key — did you mean vllm_port?" in ln for ln in lines)
+    assert "plain-secret-in-git" not in result.stderr + result.stdout
+    assert not (root / "out").exists()  # nothing written, nothing touched
+
+
+def test_render_writes_tree_with_modes(tmp_path: Path) -> None:
+    result = run("render", "-i", "example", "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    creds = tmp_path / "gpu-h100-1" / "etc" / "deploykit" / "aws" / "credentials"
+    assert creds.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "_cluster" / "cephadm" / "rgw-spec.yaml").is_file()
+    assert "vault is encrypted" not in result.stderr
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run("plan").returncode == 2
+    assert run("no-such-command").returncode == 2
+
+
+def test_missing_inventory_exit_3() -> None:
+    result = run("validate", "-i", "does-not-exist")
+    assert result.returncode == 3 and "no such inventory" in result.stderr

@@ -1,0 +1,135 @@
+"""Every rule: one inventory that passes and one that fails, with the message checked."""
+
+import copy
+
+import pytest
+
+from deploy_kit.config.open import open_site
+from deploy_kit.errors import InventoryError, Problem
+from tests.conftest import BASE_HOSTS, InventoryFactory
+
+
+def problems(make_inventory: InventoryFactory, hosts: dict | None = None,
+             **group_vars: dict) -> list[Problem]:
+    try:
+        open_site(str(make_inventory(hosts, **group_vars)))
+    except InventoryError as exc:
+        return exc.problems
+    return []
+
+
+def keys(found: list[Problem]) -> set[str]:
+    return {p.key for p in found}
+
+
+def test_base_inventory_is_valid(make_inventory: InventoryFactory) -> None:
+    assert problems(make_inventory) == []
+
+
+@pytest.mark.parametrize(("group_vars", "key", "text"), [
+    ({"vllm": {"lmcache_chunk_size": 250}}, "lmcache_chunk_size", "not a multiple"),
+    ({"vllm": {"vllm_block_size": 32, "lmcache_chunk_size": 48}}, "lmcache_chunk_size",
+     "block size 32"),
+    ({"vllm": {"lmcache_save_unfull_chunk": True}}, "lmcache_save_unfull_chunk", "true with"),
+    ({"vllm": {"vllm_kv_connector": "LMCacheConnectorv1"}}, "vllm_kv_connector",
+     "not an LMCache connector"),
+    ({"vllm": {"vllm_kv_transfer_extra": {"kv_parallel_size": 16}}},
+     "vllm_kv_transfer_extra.kv_parallel_size", "rejects this field"),
+    ({"vllm": {"lmcache_extra_config": {"s3_max_inflight_reqs": 64}}},
+     "lmcache_extra_config.s3_max_inflight_reqs", "no longer reads"),
+    ({"vllm": {"lmcache_extra_config": {"s3_regoin": "x"}}},
+     "lmcache_extra_config.s3_regoin", "not an S3 key"),
+    ({"vllm": {"lmcache_extra_config": {"save_chunk_meta": True}}},
+     "lmcache_extra_config.save_chunk_meta", "must be false"),
+    ({"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_device": "cuda",
+               "lmcache_nixl_buffer_size": 1000}}, "lmcache_nixl_buffer_size",
+     "not a multiple of the chunk object size"),
+    ({"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_size": 1 << 30}},
+     "lmcache_nixl_buffer_size", "must not be set"),
+    ({"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 100}]}},
+     "ceph_rgw_pools_list[p].pg_num", "not a power of two"),
+    ({"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 64, "size": 2,
+                                              "min_size": 3}]}},
+     "ceph_rgw_pools_list[p].min_size", "> size"),
+    ({"consul_servers": {"consul_bootstrap_expect": 3}}, "consul_bootstrap_expect",
+     "> 1 hosts"),
+    ({"rgw": {"ceph_rgw_count_per_host": 8, "ceph_rgw_host_cpus": 4}},
+     "ceph_rgw_count_per_host", "with 4 cores"),
+    ({"all": {"deploykit_s3_access_key": "AKIAINLINE"}}, "deploykit_s3_access_key",
+     "secret written inline"),
+    ({"vllm": {"lmcache_extra_config": {"aws_secret_access_key": "x"}}},
+     "lmcache_extra_config.aws_secret_access_key", "secret written inline"),
+    ({"all": {"lmcache_version": "0.2.0"}}, "lmcache_version", "not supported"),
+    ({"all": {"deploykit_s3_fqdn": "localhost"}}, "deploykit_s3_fqdn", "not a fully qualified"),
+    ({"vllm": {"vllm_model": "acme/secret-model"}}, "vllm_model", "no built-in KV geometry"),
+    ({"vllm": {"lmcache_mode": "nixl", "lmcache_version": "0.3.10"}}, "lmcache_mode",
+     "no NIXL storage"),
+    ({"all": {"vllm_tensor_parallel_size": "two"}}, "vllm_tensor_parallel_size",
+     "valid integer"),
+    ({"all": {"lmcache_mode": "redis"}}, "lmcache_mode", "Input should be"),
+    ({"all": {"lmcache_chunksize": 256}}, "lmcache_chunksize", "unknown key"),
+    ({"all": {"deploykit_s3_port": 8081}}, "deploykit_s3_port", "collides with the gateway"),
+])
+def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str,
+                    text: str) -> None:
+    found = problems(make_inventory, **group_vars)
+    matching = [p for p in found if p.key == key]
+    assert matching, f"expected a problem on {key}, got {found}"
+    assert text in matching[0].message
+
+
+@pytest.mark.parametrize("group_vars", [
+    {"vllm": {"lmcache_chunk_size": 512}},
+    {"vllm": {"vllm_block_size": 32, "lmcache_chunk_size": 256}},
+    {"vllm": {"lmcache_mode": "dram", "lmcache_save_unfull_chunk": True}},
+    {"vllm": {"vllm_kv_transfer_extra": {"kv_connector_extra_config": {"x": 1}}}},
+    {"vllm": {"lmcache_extra_config": {"s3_num_io_threads": 32}}},
+    {"vllm": {"lmcache_version": "0.3.10",
+              "lmcache_extra_config": {"s3_max_inflight_reqs": 32}}},
+    {"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_device": "cuda",
+              "lmcache_nixl_buffer_size": 33554432 * 4}},
+    {"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 128, "size": 3,
+                                             "min_size": 2}]}},
+    {"rgw": {"ceph_rgw_count_per_host": 4, "ceph_rgw_host_cpus": 4}},
+    {"all": {"deploykit_s3_access_key": "{{ vault_deploykit_s3_access_key }}",
+             "vault_deploykit_s3_access_key": "AKIA"}},
+])
+def test_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> None:
+    assert problems(make_inventory, **group_vars) == []
+
+
+def test_inline_secret_allowed_in_vault_file(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(files={"group_vars/all/vault.yml": "deploykit_s3_secret_key: x\n"})
+    assert open_site(str(root)).hosts["gpu1"].config.deploykit_s3_secret_key is not None
+
+
+def test_sharing_hosts_must_agree(make_inventory: InventoryFactory) -> None:
+    hosts = copy.deepcopy(BASE_HOSTS)
+    vllm_hosts = hosts["all"]["children"]["vllm"]["hosts"]
+    vllm_hosts["gpu3"] = {"vllm_accelerator": "cuda"}
+    vllm_hosts["gpu2"]["vllm_python_hash_seed"] = 68
+    vllm_hosts["gpu2"]["vllm_tensor_parallel_size"] = 2
+    found = problems(make_inventory, hosts)
+    seed = [p for p in found if p.key == "vllm_python_hash_seed"]
+    assert len(seed) == 1 and "gpu2 has 68, others have 67" in seed[0].message
+    assert "vllm_tensor_parallel_size" in keys(found)
+
+
+def test_missing_groups_and_accelerator(make_inventory: InventoryFactory) -> None:
+    hosts = copy.deepcopy(BASE_HOSTS)
+    del hosts["all"]["children"]["dns"]
+    del hosts["all"]["children"]["vllm"]["hosts"]["gpu1"]["vllm_accelerator"]
+    found = problems(make_inventory, hosts)
+    assert {"dns", "vllm_accelerator"} <= keys(found)
+
+
+def test_every_problem_reported_in_one_pass(make_inventory: InventoryFactory) -> None:
+    found = problems(make_inventory, vllm={"lmcache_chunk_size": 250,
+                                           "lmcache_save_unfull_chunk": True},
+                     consul_servers={"consul_bootstrap_expect": 5},
+                     all={"deploykit_s3_secret_key": "inline", "lmcache_chunksize": 1})
+    assert {"lmcache_chunk_size", "lmcache_save_unfull_chunk", "consul_bootstrap_expect",
+            "deploykit_s3_secret_key", "lmcache_chunksize"} <= keys(found)
+    for p in found:  # each names the file, the key and a fix
+        line = str(p)
+        assert line.startswith(p.file) and f": {p.key}: " in line and " — " in line
