@@ -67,6 +67,116 @@ def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> N
     console.print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
 
 
+LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern")]
+TagsOpt = Annotated[list[str] | None, typer.Option("--tags", "-t", help="only these tags")]
+SkipOpt = Annotated[list[str] | None, typer.Option("--skip-tags", help="skip these tags")]
+CheckOpt = Annotated[bool, typer.Option("--check", "-C", help="change nothing, report")]
+DiffOpt = Annotated[bool, typer.Option("--diff", "-D", help="show file differences")]
+ExtraOpt = Annotated[list[Path] | None, typer.Option("--extra-vars", "-e",
+                                                     help="YAML/JSON vars file (@file)")]
+PrintOpt = Annotated[bool, typer.Option("--print-command",
+                                        help="print the ansible-playbook command and stop")]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True)]
+
+
+def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
+                  limit: str | None, tags: list[str] | None, skip_tags: list[str] | None,
+                  check: bool, diff: bool, extra_vars: list[Path] | None,
+                  print_command: bool, verbose: int, extra_files: tuple[Path, ...] = ()
+                  ) -> None:
+    from deploy_kit.ansible.command import RunRequest, printable
+    from deploy_kit.ansible.runner import raise_for, run_playbook, show_record
+    from deploy_kit.config.open import open_site
+    from deploy_kit.project import project_dir
+
+    site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
+    extras = tuple(p.resolve() for p in (extra_vars or [])) + extra_files
+    for path in extras:
+        if not path.is_file():
+            raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
+    request = RunRequest(
+        verb=verb, playbook=project_dir() / "playbooks" / playbook, inventory=site.root,
+        limit=limit, tags=tuple(tags or ()), skip_tags=tuple(skip_tags or ()), check=check,
+        diff=diff, extra_vars_files=extras,
+        vault_password_file=vault_password_file.resolve() if vault_password_file else None,
+        verbosity=verbose)
+    if print_command:
+        sys.stdout.write(printable(request) + "\n")
+        return
+    console.print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
+                  + (" [yellow]check mode[/]" if check else ""))
+    record, record_dir = run_playbook(request, console)
+    show_record(record, console)
+    console.print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
+    raise_for(record, 0 if not record.failed else 1, record_dir)
+
+
+@app.command()
+def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
+       tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
+       diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
+       verbose: VerboseOpt = 0) -> None:
+    """Converge the site: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers."""
+    _run_playbook("up", "site.yml", inventory, vault_password_file, limit, tags, skip_tags,
+                  check, diff, extra_vars, print_command, verbose)
+
+
+@app.command()
+def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
+         check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
+         verbose: VerboseOpt = 0,
+         destroy_data: Annotated[bool, typer.Option(
+             "--yes-i-really-mean-it", help="also delete the bucket, S3 user and pools")] = False
+         ) -> None:
+    """Remove what `up` created; data (pools, bucket) only with --yes-i-really-mean-it."""
+    import tempfile
+
+    flags = Path(tempfile.mkdtemp(prefix="deploykit-")) / "down.json"
+    flags.write_text(json.dumps({"deploykit_destroy_data": destroy_data}))
+    _run_playbook("down", "down.yml", inventory, vault_password_file, limit, None, None,
+                  check, False, extra_vars, print_command, verbose, (flags,))
+
+
+lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "
+                      "systemd-nspawn hosts on this machine (needs root).")
+app.add_typer(lab_app, name="lab")
+
+
+@lab_app.command("up")
+def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8)] = 4) -> None:
+    """Bring the lab up (idempotent) and write inventory/lab/."""
+    from deploy_kit.lab import lab
+
+    steps = lab.up(hosts, report=lambda m: console.print(m, markup=False))
+    for step in steps:
+        console.print(f"  {step.name}: {step.seconds:.1f} s")
+    console.print(f"[green]lab up[/]: inventory at {lab.lab_inventory_dir()}")
+
+
+@lab_app.command("down")
+def lab_down() -> None:
+    """Remove everything the lab made (safe to run twice)."""
+    from deploy_kit.lab import lab
+
+    lab.down(report=lambda m: console.print(m, markup=False))
+
+
+@lab_app.command("status")
+def lab_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Exit 0 when the lab is up, 7 when it is not."""
+    from deploy_kit.lab import lab
+
+    info = lab.status()
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+    else:
+        for h in info["hosts"]:
+            console.print(f"{h['name']} {h['address']} ssh={'up' if h['ssh'] else 'down'}")
+        console.print("lab is up" if info["up"] else "lab is down")
+    if not info["up"]:
+        raise typer.Exit(ExitCode.ENVIRONMENT)
+
+
 @app.command()
 def version() -> None:
     """Print deploykit's version."""

@@ -56,6 +56,10 @@ class HostConfig(BaseModel):
     deploykit_ceph_osd_count: int | None = Field(default=None, ge=1)
     deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0)
     deploykit_address: str | None = None  # defaults to ansible_host
+    # packages-mode gateways need the cluster's identity (`ceph config generate-minimal-conf`)
+    deploykit_ceph_fsid: str | None = Field(default=None, pattern=r"^[0-9a-f-]{36}$")
+    deploykit_ceph_mon_host: str | None = None
+    deploykit_ceph_conf: str = "/etc/ceph/ceph.conf"  # on the ceph_admin host
 
     # --- ceph_rgw: gateways and the per-host HAProxy concentrator -------------------------
     ceph_rgw_mode: Literal["cephadm", "packages"] = "cephadm"
@@ -65,6 +69,7 @@ class HostConfig(BaseModel):
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_user: str = "admin"
     ceph_rgw_networks: list[str] = Field(default_factory=list)
+    ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64)  # needs 2x fds
     ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0)
     ceph_rgw_thread_pool_size: int = Field(default=512, ge=8)
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1)
@@ -85,10 +90,16 @@ class HostConfig(BaseModel):
     consul_version: str = "1.20.2"
     coredns_port: int = Field(default=53, ge=1, le=65535)
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
-    coredns_health_port: int = Field(default=8081, ge=1, le=65535)
+    coredns_health_port: int = Field(default=8053, ge=1, le=65535)
     coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
     coredns_metrics_port: int = Field(default=9153, ge=1, le=65535)
     coredns_version: str = "1.12.1"
+    coredns_binary_src: str | None = None  # a binary on the controller (air-gapped, lab)
+    coredns_binary_url: str = ("https://github.com/coredns/coredns/releases/download/"
+                               "v{version}/coredns_{version}_linux_amd64.tgz")
+    consul_binary_src: str | None = None
+    consul_binary_url: str = ("https://releases.hashicorp.com/consul/{version}/"
+                              "consul_{version}_linux_amd64.zip")
     resolver_manage: bool = True
 
     # --- lmcache ----------------------------------------------------------------------

@@ -282,21 +282,52 @@ def s3_name_consistent(site: Site) -> Iterator[Problem]:
                       "use letters, digits and dashes")
 
 
+def ports_in_use(host: Host) -> dict[int, str]:
+    """Every TCP port deploykit's services claim on this host, with the key that sets it."""
+    c = host.config
+    claims: list[tuple[int, str]] = []
+    if "rgw" in host.groups:
+        claims += [(c.ceph_rgw_frontend_port + i, "ceph_rgw_frontend_port")
+                   for i in range(c.ceph_rgw_count_per_host)]
+        claims += [(c.deploykit_s3_port, "deploykit_s3_port"),
+                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port")]
+    if "dns" in host.groups:
+        claims += [(c.coredns_port, "coredns_port"), (c.coredns_health_port, "coredns_health_port"),
+                   (c.coredns_ready_port, "coredns_ready_port"),
+                   (c.coredns_metrics_port, "coredns_metrics_port")]
+    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+        claims += [(c.consul_dns_port, "consul_dns_port"), (8500, "consul HTTP API")]
+    if "vllm" in host.groups:
+        claims.append((c.vllm_port, "vllm_port"))
+    seen: dict[int, str] = {}
+    for port, key in claims:
+        seen[port] = f"{seen[port]}|{key}" if port in seen and seen[port] != key else key
+    return seen
+
+
 @rule
-def rgw_ports_distinct(site: Site) -> Iterator[Problem]:
-    """The concentrator and monitor ports cannot fall inside the gateways' port range."""
+def host_ports_distinct(site: Site) -> Iterator[Problem]:
+    """Services on one host cannot share a port (e.g. CoreDNS health vs a gateway)."""
+    for host in site.hosts.values():
+        for port, keys in sorted(ports_in_use(host).items()):
+            if "|" not in keys:
+                continue
+            first, second = keys.split("|")[:2]
+            key = second if second != "consul HTTP API" else first
+            yield Problem(_src(site, host, key), key,
+                          f"port {port} on {host.name} is also used by {first}",
+                          "give each service on the host its own port")
+
+
+@rule
+def packages_mode_knows_cluster(site: Site) -> Iterator[Problem]:
+    """Packages-mode gateways write their own ceph.conf: they need the fsid and mon host."""
     for host in site.group("rgw")[:1]:
         c = host.config
-        first = c.ceph_rgw_frontend_port
-        gateway_ports = range(first, first + c.ceph_rgw_count_per_host)
-        for key in ("deploykit_s3_port", "ceph_rgw_concentrator_monitor_port"):
-            port = getattr(c, key)
-            if port in gateway_ports:
+        if c.ceph_rgw_mode != "packages":
+            continue
+        for key in ("deploykit_ceph_fsid", "deploykit_ceph_mon_host"):
+            if not getattr(c, key):
                 yield Problem(_src(site, host, key), key,
-                              f"{port} collides with the gateway ports {first}-"
-                              f"{gateway_ports[-1]}",
-                              f"move ceph_rgw_frontend_port (e.g. {port + 100}) or this port")
-        if c.deploykit_s3_port == c.ceph_rgw_concentrator_monitor_port:
-            yield Problem(_src(site, host, "ceph_rgw_concentrator_monitor_port"),
-                          "ceph_rgw_concentrator_monitor_port", "same as deploykit_s3_port",
-                          "use another port (default 1967)")
+                              "required with ceph_rgw_mode: packages",
+                              "copy it from `ceph config generate-minimal-conf`")

@@ -52,8 +52,11 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
     if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
         files[names.CONSUL_AGENT_PATH] = RenderedFile(
             consul.dump_json(consul.agent_config(site, host)))
+        files[names.CONSUL_UNIT_PATH] = RenderedFile(render_template("consul.service.j2"))
     if "dns" in host.groups:
         files[f"{names.COREDNS_DIR}/Corefile"] = RenderedFile(dns.render_corefile(site, host))
+        files[names.COREDNS_UNIT_PATH] = RenderedFile(render_template(
+            "coredns.service.j2", corefile=f"{names.COREDNS_DIR}/Corefile"))
         if c.deploykit_dns_mode == "static":
             files[dns.zone_file_path(host)] = RenderedFile(dns.render_zone(site, host))
     if "vllm" in host.groups:

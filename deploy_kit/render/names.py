@@ -46,7 +46,9 @@ def vllm_env_path(c: HostConfig) -> str:
 
 VLLM_UNIT_PATH = "/etc/systemd/system/vllm.service"
 HAPROXY_CFG_PATH = "/etc/haproxy/haproxy.cfg"
-RGW_CONF_PATH = "/etc/ceph/ceph.conf.d/deploykit-rgw.conf"
+RGW_CONF_PATH = "/etc/ceph/ceph.conf"
+COREDNS_UNIT_PATH = "/etc/systemd/system/coredns.service"
+CONSUL_UNIT_PATH = "/etc/systemd/system/consul.service"
 CONSUL_AGENT_PATH = "/etc/consul.d/consul.json"
 CONSUL_SERVICE_PATH = "/etc/consul.d/s3-service.json"
 COREDNS_DIR = "/etc/coredns"

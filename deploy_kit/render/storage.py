@@ -84,6 +84,7 @@ def lifecycle_rules(c: HostConfig) -> dict[str, Any]:
 def render_rgw_conf(host: Host) -> str:
     c = host.config
     return render_template("ceph-rgw.conf.j2", daemons=gateways(host), host=host.name,
+                           fsid=c.deploykit_ceph_fsid, mon_host=c.deploykit_ceph_mon_host,
                            fqdn=c.deploykit_s3_fqdn, thread_pool_size=c.ceph_rgw_thread_pool_size,
                            exit_timeout=c.ceph_rgw_exit_timeout_secs)
 
@@ -92,4 +93,5 @@ def render_haproxy(host: Host) -> str:
     c = host.config
     return render_template("haproxy.cfg.j2", bind_address="*", frontend_port=c.deploykit_s3_port,
                            monitor_port=c.ceph_rgw_concentrator_monitor_port,
+                           maxconn=c.ceph_rgw_concentrator_maxconn,
                            backends=gateways(host))

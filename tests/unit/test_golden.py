@@ -16,9 +16,16 @@ CASES = {"example": REPO / "inventory" / "example"}
 CASES |= {p.name: p / "inventory" for p in sorted(GOLDEN.iterdir()) if (p / "inventory").is_dir()}
 
 
+MODES = "MODES"  # git keeps only 644/755, so file modes are recorded beside the tree
+
+
 def tree_of(root: Path) -> dict[str, tuple[str, int]]:
     return {str(p.relative_to(root)): (p.read_text(), p.stat().st_mode & 0o777)
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def modes_text(tree: dict[str, tuple[str, int]]) -> str:
+    return "".join(f"{oct(mode)[2:]} {path}\n" for path, (_, mode) in sorted(tree.items()))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -29,11 +36,13 @@ def test_render_matches_golden(case: str, tmp_path: Path, update_golden: bool,
     out = tmp_path / "out"
     write_tree(render_site(open_site(str(CASES[case]))), out)
     expected = GOLDEN / case / "expected"
+    got = tree_of(out)
     if update_golden:
         shutil.rmtree(expected, ignore_errors=True)
         shutil.copytree(out, expected)
-    got, want = tree_of(out), tree_of(expected)
+        (GOLDEN / case / MODES).write_text(modes_text(got))
+    want = tree_of(expected)
     assert sorted(got) == sorted(want), "set of rendered files changed"
     for path in want:
         assert got[path][0] == want[path][0], f"{case}/{path} differs from golden"
-        assert got[path][1] == want[path][1], f"{case}/{path} mode differs"
+    assert modes_text(got) == (GOLDEN / case / MODES).read_text(), f"{case}: file modes differ"

@@ -68,7 +68,11 @@ def test_base_inventory_is_valid(make_inventory: InventoryFactory) -> None:
      "valid integer"),
     ({"all": {"lmcache_mode": "redis"}}, "lmcache_mode", "Input should be"),
     ({"all": {"lmcache_chunksize": 256}}, "lmcache_chunksize", "unknown key"),
-    ({"all": {"deploykit_s3_port": 8081}}, "deploykit_s3_port", "collides with the gateway"),
+    ({"all": {"deploykit_s3_port": 8081}}, "deploykit_s3_port",
+     "also used by ceph_rgw_frontend_port"),
+    ({"all": {"coredns_health_port": 53}}, "coredns_health_port", "also used by coredns_port"),
+    ({"rgw": {"deploykit_ceph_fsid": "1b2c3d4e-0000-4000-8000-000000000000",
+              "ceph_rgw_mode": "packages"}}, "deploykit_ceph_mon_host", "required with"),
 ])
 def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str,
                     text: str) -> None:

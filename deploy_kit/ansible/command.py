@@ -1,0 +1,57 @@
+"""A run request and the ansible-playbook argv it means (pure; shown by --print-command)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    verb: str
+    playbook: Path
+    inventory: Path
+    limit: str | None = None
+    tags: tuple[str, ...] = ()
+    skip_tags: tuple[str, ...] = ()
+    check: bool = False
+    diff: bool = False
+    extra_vars_files: tuple[Path, ...] = ()
+    vault_password_file: Path | None = None
+    verbosity: int = 0
+    forks: int | None = None
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+
+def options(request: RunRequest) -> list[str]:
+    """Everything after the playbook: typed extra vars only as `-e @file`, never k=v."""
+    argv: list[str] = []
+    if request.limit:
+        argv += ["--limit", request.limit]
+    if request.tags:
+        argv += ["--tags", ",".join(request.tags)]
+    if request.skip_tags:
+        argv += ["--skip-tags", ",".join(request.skip_tags)]
+    if request.check:
+        argv.append("--check")
+    if request.diff:
+        argv.append("--diff")
+    for path in request.extra_vars_files:
+        argv += ["-e", f"@{path}"]
+    if request.vault_password_file:
+        argv += ["--vault-password-file", str(request.vault_password_file)]
+    if request.forks:
+        argv += ["--forks", str(request.forks)]
+    if request.verbosity:
+        argv.append("-" + "v" * min(request.verbosity, 4))
+    return argv + list(request.extra)
+
+
+def playbook_argv(request: RunRequest) -> list[str]:
+    return ["ansible-playbook", "-i", str(request.inventory), str(request.playbook),
+            *options(request)]
+
+
+def printable(request: RunRequest) -> str:
+    return shlex.join(playbook_argv(request))

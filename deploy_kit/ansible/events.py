@@ -1,0 +1,89 @@
+"""Pure parsing of ansible-runner events into per-host stats and failed tasks (redacted)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_SECRETISH = re.compile(
+    r"(?i)((?:secret|password|passwd|token|key)[\w-]*[\"']?\s*[:=]\s*[\"']?)([^\s\"',}]{6,})")
+_KEYRING = re.compile(r"AQ[A-Za-z0-9+/]{30,}={0,2}")
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Mask known secret values, `key = value`-shaped secrets and cephx keys."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "********")
+    text = _KEYRING.sub("********", text)
+    return _SECRETISH.sub(lambda m: m.group(1) + "********", text)
+
+
+def _message(result: dict[str, Any]) -> str:
+    """The useful text of a failure; for loops, the failed items' own messages."""
+    items = [r for r in result.get("results", []) or [] if isinstance(r, dict) and r.get("failed")]
+    if items:
+        return "; ".join(_message(r) for r in items[:5])
+    return str(result.get("msg") or result.get("stderr") or result.get("reason") or "failed")
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass
+class FailedTask:
+    host: str
+    play: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass
+class RunRecord:
+    hosts: dict[str, HostStats] = field(default_factory=dict)
+    failed: list[FailedTask] = field(default_factory=list)
+    changed_tasks: list[tuple[str, str]] = field(default_factory=list)
+    current_play: str = ""
+    current_task: str = ""
+
+    def consume(self, event: dict[str, Any]) -> None:
+        kind = event.get("event", "")
+        data = event.get("event_data", {}) or {}
+        if kind == "playbook_on_play_start":
+            self.current_play = str(data.get("play", ""))
+        elif kind == "playbook_on_task_start":
+            self.current_task = str(data.get("task", ""))
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get(
+                "ignore_errors"):
+            result = data.get("res", {}) or {}
+            message = _message(result)
+            if result.get("_ansible_no_log") or data.get("censored"):
+                message = "(output hidden: the task handles secrets; rerun with -vvv locally)"
+            self.failed.append(FailedTask(
+                host=str(data.get("host", "?")), play=str(data.get("play", "")),
+                task=str(data.get("task", "")), message=redact(message)[:2000],
+                unreachable=kind == "runner_on_unreachable"))
+        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            self.changed_tasks.append((str(data.get("host", "?")), str(data.get("task", ""))))
+        elif kind == "playbook_on_stats":
+            self.hosts = {}
+            keys = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+                    "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+            for source, target in keys.items():
+                for host, count in (data.get(source) or {}).items():
+                    stats = self.hosts.setdefault(host, HostStats())
+                    setattr(stats, target, int(count))
+
+    @property
+    def total_changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())

@@ -1,0 +1,103 @@
+"""The only ansible-runner caller: fresh private dir per run, live progress, run record."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from deploy_kit.ansible.command import RunRequest, options, playbook_argv
+from deploy_kit.ansible.events import RunRecord, redact
+from deploy_kit.errors import AnsibleFailed, HostsUnreachable
+from deploy_kit.project import project_dir
+
+SUMMARY_SCHEMA = 1
+
+
+def runs_dir() -> Path:
+    return project_dir() / "runs"
+
+
+def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path]:
+    """Run one playbook; returns the record and the run directory (summary.json inside)."""
+    import ansible_runner
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    record_dir = runs_dir() / f"{stamp}-{request.verb}"
+    record_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord()
+    log = (record_dir / "ansible.log").open("w")
+    started = time.monotonic()
+    status = console.status("starting Ansible…")
+    status.start()
+
+    def on_event(event: dict[str, Any]) -> bool:
+        record.consume(event)
+        if event.get("stdout"):
+            log.write(redact(str(event["stdout"])) + "\n")
+        data = event.get("event_data", {}) or {}
+        if event.get("event") == "playbook_on_task_start":
+            status.update(f"[bold]{record.current_play}[/] › {record.current_task}")
+        elif event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
+                not data.get("ignore_errors"):
+            failure = record.failed[-1]
+            console.print(f"[red]✗ {escape(failure.host)}[/] {escape(failure.task)}: "
+                          f"{escape(failure.message)}", soft_wrap=True)
+        return True  # True: let ansible-runner keep the event (stats come from it)
+
+    project = project_dir()
+    env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(project),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
+        os.chmod(private, 0o700)
+        try:
+            result = ansible_runner.run(
+                private_data_dir=private, project_dir=str(project),
+                playbook=str(request.playbook), inventory=str(request.inventory),
+                cmdline=" ".join(options(request)), envvars=env, quiet=True,
+                event_handler=on_event, rotate_artifacts=1, suppress_env_files=False)
+        finally:
+            status.stop()
+            log.close()
+    elapsed = time.monotonic() - started
+    summary = {
+        "schema": SUMMARY_SCHEMA, "verb": request.verb, "argv": playbook_argv(request),
+        "status": result.status, "rc": result.rc, "seconds": round(elapsed, 1),
+        "hosts": {h: asdict(s) for h, s in sorted(record.hosts.items())},
+        "changed": record.total_changed,
+        "changed_tasks": [{"host": h, "task": t} for h, t in record.changed_tasks],
+        "failed": [asdict(f) for f in record.failed],
+    }
+    (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return record, record_dir
+
+
+def show_record(record: RunRecord, console: Console) -> None:
+    table = Table(title="Per-host result", title_justify="left")
+    for col in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(col, justify="left" if col == "host" else "right")
+    for host, s in sorted(record.hosts.items()):
+        style = "red" if s.failed or s.unreachable else ("yellow" if s.changed else "green")
+        table.add_row(f"[{style}]{host}[/]", str(s.ok), str(s.changed), str(s.failed),
+                      str(s.unreachable), str(s.skipped))
+    console.print(table)
+
+
+def raise_for(record: RunRecord, rc: int, record_dir: Path) -> None:
+    summary = record_dir / "summary.json"
+    if any(s.unreachable for s in record.hosts.values()):
+        names = sorted(h for h, s in record.hosts.items() if s.unreachable)
+        raise HostsUnreachable(f"unreachable: {', '.join(names)} (run record: {summary})")
+    if record.failed or rc != 0:
+        raise AnsibleFailed(f"{len(record.failed)} task(s) failed (run record: {summary})")

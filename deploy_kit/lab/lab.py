@@ -1,0 +1,166 @@
+"""`deploykit lab up|down|status`: bring the whole lab up, take every trace of it down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy_kit.lab import ceph, hosts, image
+from deploy_kit.lab.coredns import ensure_coredns
+from deploy_kit.lab.inventory import write_inventory
+from deploy_kit.lab.layout import (
+    CEPH_DIR,
+    CONTROLLER_PACKAGES,
+    HOSTS_DIR,
+    LAB_DIR,
+    STATE_FILE,
+    LabHost,
+    lab_hosts,
+)
+from deploy_kit.lab.system import ensure_packages, log, quiet, require_root
+from deploy_kit.project import project_dir
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+
+
+def lab_inventory_dir() -> Path:
+    return project_dir() / "inventory" / "lab"
+
+
+def _state() -> dict[str, Any]:
+    if STATE_FILE.exists():
+        data: dict[str, Any] = json.loads(STATE_FILE.read_text())
+        return data
+    return {}
+
+
+def _save(state: dict[str, Any]) -> None:
+    LAB_DIR.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(state, indent=2))
+
+
+def is_up() -> bool:
+    state = _state()
+    if not state.get("hosts"):
+        return False
+    for h in state["hosts"]:
+        try:
+            socket.create_connection((h["address"], 22), timeout=1).close()
+        except OSError:
+            return False
+    return True
+
+
+def up(count: int, report: Any = print) -> list[Step]:
+    """Idempotent: an already running lab is left as it is."""
+    require_root()
+    if is_up():
+        report("lab is already up")
+        return []
+    if _state():
+        down(report=lambda _m: None)
+    steps: list[Step] = []
+
+    def timed(name: str, fn: Any, *args: Any) -> Any:
+        report(f"… {name}")
+        start = time.monotonic()
+        value = fn(*args)
+        steps.append(Step(name, time.monotonic() - start))
+        return value
+
+    timed("controller packages", ensure_packages, CONTROLLER_PACKAGES)
+    rootfs, repo, _ = timed("host image and offline repo", image.ensure_image)
+    timed("CoreDNS binary", ensure_coredns)
+    state: dict[str, Any] = {"hosts": [], "ceph": {}}
+    _save(state)
+    timed("lab bridge", hosts.ensure_bridge)
+    state["ceph"] = timed("Ceph mon, mgr and OSD", ceph.bootstrap)
+    _save(state)
+    key = hosts.ensure_ssh_key()
+    public = key.with_suffix(".pub").read_text()
+    lab = lab_hosts(count)
+    for host in lab:
+        pid = hosts.start_host(host, rootfs, repo, public)
+        state["hosts"].append({"name": host.name, "index": host.index,
+                               "address": host.address, "pid": pid})
+        _save(state)
+    timed(f"{count} hosts answering SSH", hosts.wait_ssh, lab)
+    write_inventory(lab_inventory_dir(), lab, state["ceph"], key)
+    return steps
+
+
+def down(report: Any = print) -> None:
+    """Remove everything `up` made; safe to run twice and after a half-failed up."""
+    require_root()
+    state = _state()
+    known = {h["name"]: h for h in state.get("hosts", [])}
+    for path in sorted(HOSTS_DIR.glob("lab*")) if HOSTS_DIR.exists() else []:
+        known.setdefault(path.name, {"name": path.name, "index": int(path.name[3:] or 0),
+                                     "pid": None})
+    for entry in known.values():
+        report(f"… stopping {entry['name']}")
+        hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+    for name, pid in state.get("ceph", {}).get("pids", {}).items():
+        _kill(int(pid), name)
+    _kill_strays()
+    hosts.remove_bridge()
+    quiet(["umount", "-l", str(CEPH_DIR)]) if os.path.ismount(CEPH_DIR) else None
+    shutil.rmtree(LAB_DIR, ignore_errors=True)
+    shutil.rmtree(lab_inventory_dir(), ignore_errors=True)
+    report("lab is down")
+
+
+def _kill(pid: int, name: str) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.3)
+    log(f"{name} ({pid}) ignored SIGTERM; killing")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _kill_strays() -> None:
+    """Processes whose command line points into the lab directory (a lost state file)."""
+    marker = str(LAB_DIR).encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def status() -> dict[str, Any]:
+    state = _state()
+    out: dict[str, Any] = {"up": is_up(), "hosts": []}
+    for h in state.get("hosts", []):
+        try:
+            socket.create_connection((h["address"], 22), timeout=1).close()
+            ok = True
+        except OSError:
+            ok = False
+        out["hosts"].append({"name": h["name"], "address": h["address"], "ssh": ok})
+    out["ceph_pids"] = state.get("ceph", {}).get("pids", {})
+    return out
