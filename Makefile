@@ -2,35 +2,49 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+DK     := $(BIN)/deploykit
 
-.PHONY: install test unit lint golden lab lab-down bench clean plan-example
+.PHONY: install test unit lab-test lint golden lab lab-down bench clean plan-example
 
-install: $(BIN)/deploykit
+install: $(DK)
 
-$(BIN)/deploykit: pyproject.toml
+$(DK): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-test: install lint unit
+## The main job on the built-in local lab (root): lab up, converge, verify.
+lab: install
+	$(DK) lab up
+	$(DK) up --inventory lab
+	@echo "lab converged: inventory/lab"
 
-unit: install
+lab-down: install
+	$(DK) lab down
+
+## Everything CI runs: lint, type checks, unit tests, then the lab suite (root).
+test: install lint
 	$(BIN)/pytest tests
 
+unit: install
+	$(BIN)/pytest tests/unit
+
 lint: install
-	$(BIN)/ruff check deploy_kit tests bench
+	$(BIN)/ruff check deploy_kit tests bench plugins
 	$(BIN)/mypy
+	ANSIBLE_CONFIG=ansible.cfg $(BIN)/ansible-lint -q roles playbooks
 
 golden: install
 	$(BIN)/pytest tests/unit/test_golden.py --update-golden
 
 bench: install
 	$(BIN)/python bench/plan_render.py
+	$(BIN)/python bench/lab.py
+
+plan-example: install
+	$(DK) plan -i example
+	$(DK) render -i example -o out/example
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
-
-plan-example: install
-	$(BIN)/deploykit plan -i example
-	$(BIN)/deploykit render -i example -o out/example

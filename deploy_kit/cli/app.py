@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv)
     args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
     try:
-        app(args=args, standalone_mode=False)
+        rc = app(args=args, standalone_mode=False)
+        if isinstance(rc, int) and rc:  # typer.Exit(code) comes back as the return value
+            raise SystemExit(rc)
     except InventoryError as exc:
         for problem in exc.problems:
             console.print(str(problem), markup=False, soft_wrap=True)

@@ -1,0 +1,77 @@
+"""The lab session: `deploykit lab up`, one converge, tests, then `deploykit lab down`.
+
+Needs root; CI runs it (DEPLOYKIT_REQUIRE_TOOLS=1 makes a missing lab a failure, not a skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+LAB_KEY = "/var/lib/deploykit-lab/ssh/id_ed25519"
+CEPH_CONF = "/var/lib/deploykit-lab/ceph/ceph.conf"
+
+
+@dataclass
+class Lab:
+    outputs: list[str] = field(default_factory=list)  # everything deploykit printed
+    runs: list[dict] = field(default_factory=list)  # summary.json of each run
+
+    def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([sys.executable, "-m", "deploy_kit", *args], cwd=REPO,
+                                capture_output=True, text=True, timeout=1800)
+        self.outputs.append(result.stdout + result.stderr)
+        if check:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    def converge(self, *extra: str) -> dict:
+        before = set(runs_dirs())
+        self.deploykit("up", "--inventory", "lab", *extra)
+        new = sorted(set(runs_dirs()) - before)
+        summary = json.loads((new[-1] / "summary.json").read_text())
+        self.runs.append(summary)
+        return summary
+
+    def ssh(self, address: str, command: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            ["ssh", "-i", LAB_KEY, "-o", "StrictHostKeyChecking=no", "-o",
+             "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"root@{address}", command],
+            input=stdin, capture_output=True, text=True, timeout=600,
+            stdin=None if stdin is not None else subprocess.DEVNULL)
+        assert result.returncode == 0, f"{address}: {command}: {result.stderr}"
+        return result.stdout
+
+
+def runs_dirs() -> list[Path]:
+    root = REPO / "runs"
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def ceph(*args: str) -> str:
+    return subprocess.run(["ceph", "--conf", CEPH_CONF, *args], check=True,
+                          capture_output=True, text=True, timeout=60).stdout
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    if os.geteuid() != 0:
+        if os.environ.get("DEPLOYKIT_REQUIRE_TOOLS") == "1":
+            pytest.fail("the lab tests need root")
+        pytest.skip("the lab tests need root")
+    session = Lab()
+    session.deploykit("lab", "down")  # start from nothing: the first converge must do work
+    session.deploykit("lab", "up")
+    try:
+        yield session
+    finally:
+        session.deploykit("lab", "down")
