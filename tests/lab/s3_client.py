@@ -17,7 +17,7 @@ HOST, REGION, SIZE = "__HOST__", "__REGION__", int("__SIZE__")
 
 
 def sign(method, path, body_hash):
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
     headers = {"host": HOST, "x-amz-content-sha256": body_hash, "x-amz-date": amz_date}
     signed = ";".join(sorted(headers))
