@@ -18,7 +18,7 @@ $(DK): pyproject.toml
 lab: install
 	$(DK) lab up
 	$(DK) up --inventory lab
-	@echo "lab converged: inventory/lab"
+	$(DK) verify --inventory lab
 
 lab-down: install
 	$(DK) lab down

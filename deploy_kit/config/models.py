@@ -123,6 +123,8 @@ class HostConfig(BaseModel):
     lmcache_max_local_disk_size: float = Field(default=100.0, ge=0)
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
+    lmcache_install: bool = True
+    lmcache_wheel_dir: str = ""
 
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.33.0"
@@ -149,6 +151,9 @@ class HostConfig(BaseModel):
     vllm_user: str = "vllm"
     vllm_serial: int = Field(default=1, ge=1)
     vllm_concurrent_requests: int = Field(default=16, ge=1)
+    vllm_install: bool = True
+    vllm_wheel_dir: str = ""
+    vllm_health_timeout: int = Field(default=1800, ge=10)
 
     def declared_field_names(self) -> set[str]:
         return set(type(self).model_fields)

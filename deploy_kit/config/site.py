@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ from deploy_kit.errors import Problem
 from deploy_kit.plan.geometry import ModelGeometry, find_preset, from_hf_config
 
 GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")
+CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",
+                   "ansible_connection")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Host:
     config: HostConfig
     sources: dict[str, str]
     geometry: ModelGeometry | None
+    connection: dict[str, str] = field(default_factory=dict)  # ansible_user, _port, key, ...
 
     def source(self, key: str, fallback: str) -> str:
         return self.sources.get(key, fallback)
@@ -151,8 +154,10 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
         if "vllm" in rh.groups:
             geometry = _geometry(rh.vars, config, raw.root,
                                  rh.sources.get("vllm_model", hosts_file), problems)
+        connection = {k: str(v) for k, v in rh.vars.items() if k in CONNECTION_KEYS}
         hosts[name] = Host(name=name, address=address, groups=frozenset(rh.groups),
-                           config=config, sources=dict(rh.sources), geometry=geometry)
+                           config=config, sources=dict(rh.sources), geometry=geometry,
+                           connection=connection)
     site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
                 secrets_locked=bool(raw.locked_vault_files))
     return site, problems

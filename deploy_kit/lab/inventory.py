@@ -65,6 +65,10 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
         "vllm_model": "Qwen/Qwen3-8B",
         "vllm_block_size": 16,
         "lmcache_max_local_cpu_size": 1,
+        # CPU-only hosts: config, credentials and units are installed and checked, the
+        # 2 GB of CUDA wheels are not (the round trip uses its own CPU venv)
+        "lmcache_install": False,
+        "vllm_install": False,
     }
     target.mkdir(parents=True, exist_ok=True)
     (target / "group_vars" / "all").mkdir(parents=True, exist_ok=True)

@@ -75,3 +75,11 @@ def lab() -> Iterator[Lab]:
         yield session
     finally:
         session.deploykit("lab", "down")
+
+
+@pytest.fixture(scope="session")
+def converged(lab: Lab) -> Lab:
+    first = lab.converge()
+    assert first["rc"] == 0 and not first["failed"], first["failed"]
+    assert first["changed"] > 0
+    return lab

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -23,14 +21,6 @@ WATCHED = ["/etc/ceph/ceph.conf", "/etc/haproxy/haproxy.cfg", "/etc/coredns/Core
 
 def lab_settings() -> dict:
     return yaml.safe_load((REPO / "inventory/lab/group_vars/all/lab.yml").read_text())
-
-
-@pytest.fixture(scope="module")
-def converged(lab: Lab) -> Lab:
-    first = lab.converge()
-    assert first["rc"] == 0 and not first["failed"], first["failed"]
-    assert first["changed"] > 0
-    return lab
 
 
 def test_second_run_changes_nothing(converged: Lab) -> None:
@@ -129,39 +119,5 @@ def test_secret_key_appears_in_no_output_or_run_record(converged: Lab) -> None:
 def test_lab_status_reports_up(lab: Lab) -> None:
     result = lab.deploykit("lab", "status", "--json")
     assert json.loads(result.stdout)["up"] is True
-
-
-def leftovers() -> list[str]:
-    found = []
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    found += [f"netns {x}" for x in re.findall(r"dklab-\S+", netns)]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    found += [f"link {x}" for x in re.findall(r"\b(vh-lab\d+|dklab0)\b", links)]
-    mounts = Path("/proc/mounts").read_text()
-    found += [f"mount {line.split()[1]}" for line in mounts.splitlines()
-              if "deploykit-lab" in line]
-    for root in ("/sys/fs/cgroup/systemd", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
-        if os.path.isdir(root):
-            found += [f"cgroup {root}/{d}" for d in os.listdir(root) if d.startswith("dklab-")]
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if b"deploykit-lab" in (proc / "cmdline").read_bytes():
-                    found.append(f"process {proc.name}")
-            except OSError:
-                continue
-    if Path("/var/lib/deploykit-lab").exists():
-        found.append("dir /var/lib/deploykit-lab")
-    return found
-
-
-def test_zz_lab_down_leaves_nothing_and_is_safe_twice(lab: Lab) -> None:
-    lab.deploykit("lab", "down")
-    assert leftovers() == []
-    lab.deploykit("lab", "down")  # the fixture's teardown runs it a third time
-    assert leftovers() == []
-    assert not (REPO / "inventory" / "lab").exists()
-    status = lab.deploykit("lab", "status", check=False)
-    assert status.returncode == 7
 
 

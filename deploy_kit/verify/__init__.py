@@ -1,0 +1,1 @@
+"""`deploykit verify`: probes gather observations; pure checks turn them into findings."""

@@ -1,0 +1,3 @@
+"""Importing this package registers every check (one module per area)."""
+
+from deploy_kit.verify.checks import ceph, dns, s3, serving  # noqa: F401

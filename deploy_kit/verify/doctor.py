@@ -1,0 +1,35 @@
+"""`deploykit doctor "<symptom>"`: known failures of the cache tier mapped to the checks
+that explain them (from the reference design's "known failures" and LMCache's sources)."""
+
+from __future__ import annotations
+
+import re
+
+SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
+    (r"401|403|unauthori[sz]ed|access ?denied|signaturedoesnotmatch|invalidaccesskeyid",
+     "the S3 keys are wrong: RGW user keys, not the Ceph admin key",
+     ("s3-credentials-valid", "lmcache-s3-settings")),
+    (r"local proxy failed|connection refused|socket|unreachable|timed? ?out|dns",
+     "the endpoint is unreachable: concentrator down, too few DNS records, or resolver",
+     ("s3-concentrator-reachable", "dns-answer-count", "dns-client-resolution",
+      "dns-resolver-points-at-coredns", "lmcache-remote-url", "lmcache-memory")),
+    (r"reading choices|connector.*not found|no module named|kv_connector|unexpected keyword",
+     "vLLM and LMCache disagree: versions mismatched or connector name misspelt",
+     ("vllm-connector-name", "lmcache-keys-known", "versions-manifest")),
+    (r"hit rate|no hits?|zero hits|cache miss|misses",
+     "keys differ between hosts: seed, model string, TP, dtype or chunk size",
+     ("lmcache-fleet-consistent", "lmcache-chunk-aligned", "lmcache-s3-settings",
+      "s3-credentials-valid")),
+    (r"ttft.*(high|slow|worse)|slower with remote|bandwidth",
+     "remote reads are slow: one DNS record (one gateway) or a polluted benchmark",
+     ("dns-answer-count", "s3-concentrator-reachable", "s3-roundtrip")),
+    (r"s3_region|region",
+     "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
+     ("lmcache-s3-settings",)),
+]
+
+
+def diagnose(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Explanations and the check ids to run, most specific first; empty when unknown."""
+    lowered = text.lower()
+    return [(why, checks) for pattern, why, checks in SYMPTOMS if re.search(pattern, lowered)]

@@ -1,0 +1,103 @@
+"""Run every probe concurrently and assemble one Observation for the checks."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from deploy_kit.config.site import Site
+from deploy_kit.plan.plan import build_plan
+from deploy_kit.render.storage import lifecycle_rules
+from deploy_kit.verify.model import Observation, S3Probe
+from deploy_kit.verify.probes import ceph_probe, dns_probe, http_probe, s3_probe, serving_probe
+from deploy_kit.verify.probes.sigv4 import Credentials
+
+MIB = 1024 * 1024
+
+
+def planned(site: Site) -> Observation:
+    s = site.settings
+    admin = site.group("ceph_admin")
+    pools = (admin[0].config if admin else s).ceph_rgw_pools_list
+    rgw = site.group("rgw")
+    vllm = site.group("vllm")
+    identity = {}
+    if vllm:
+        c = vllm[0].config
+        identity = {"PYTHONHASHSEED": str(c.vllm_python_hash_seed), "model": c.vllm_model,
+                    "TP": str(c.vllm_tensor_parallel_size),
+                    "PP": str(c.vllm_pipeline_parallel_size),
+                    "kv-cache-dtype": c.vllm_kv_cache_dtype,
+                    "chunk_size": str(c.lmcache_chunk_size)}
+    return Observation(
+        fqdn=s.deploykit_s3_fqdn, bucket=s.deploykit_s3_bucket, region=s.deploykit_s3_region,
+        rgw_addresses=sorted(h.address for h in rgw),
+        dns_servers=sorted(h.address for h in site.group("dns")),
+        expected_pools=[p.model_dump() for p in pools],
+        expected_rgw_daemons=sum(h.config.ceph_rgw_count_per_host for h in rgw),
+        expected_lifecycle=lifecycle_rules(s),
+        pinned={"lmcache": s.lmcache_version, "vllm": s.vllm_version,
+                **({"tls": "1"} if s.deploykit_s3_tls else {})},
+        planned_identity=identity)
+
+
+def object_size(site: Site) -> int:
+    plan = build_plan(site)
+    return plan.models[0].object_bytes if plan.models else 8 * MIB
+
+
+def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) -> Observation:
+    obs = planned(site)
+    s = site.settings
+    names = [obs.fqdn, f"{obs.bucket}.{obs.fqdn}"]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        dns_jobs = [pool.submit(dns_probe.ask, server, name, transport, s.coredns_port)
+                    for server in obs.dns_servers for name in names
+                    for transport in ("udp", "tcp")]
+        conc_jobs = [pool.submit(http_probe.concentrator, a, s.deploykit_s3_port,
+                                 s.ceph_rgw_concentrator_monitor_port)
+                     for a in obs.rgw_addresses]
+        admin = site.group("ceph_admin")
+        ceph_job: Future[ceph_probe.CephState] | None = (
+            pool.submit(ceph_probe.probe, admin[0]) if admin else None)
+        serving_jobs = [pool.submit(serving_probe.probe, h, names) for h in site.group("vllm")]
+        obs.dns = [j.result() for j in dns_jobs]
+        obs.concentrators = [j.result() for j in conc_jobs]
+        obs.serving = [j.result() for j in serving_jobs]
+        if ceph_job is not None:
+            obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = ceph_job.result()
+        obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site))
+    return obs
+
+
+def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> list[S3Probe]:
+    """Each serving host's profile signs one HEAD; the first good one round-trips a chunk
+    through every healthy address."""
+    port, region = site.settings.deploykit_s3_port, obs.region
+    host_header = f"{obs.bucket}.{obs.fqdn}"
+    healthy = [c.address for c in obs.concentrators if c.health_status == 200] or \
+        obs.rgw_addresses
+    if not healthy:
+        return []
+    jobs = []
+    for i, host in enumerate(h for h in obs.serving if h.credentials):
+        assert host.credentials is not None
+        creds = Credentials(host.credentials["access_key"], host.credentials["secret_key"])
+        jobs.append((creds, pool.submit(s3_probe.auth, healthy[i % len(healthy)], port,
+                                        host_header, region, creds, host.name)))
+    results = [j.result() for _, j in jobs]
+    good = next((c for (c, _), r in zip(jobs, results, strict=True)
+                 if r.auth_status == 200), None)
+    for host in obs.serving:
+        if host.reachable and host.lmcache_yaml is not None and not host.credentials and \
+                str(host.lmcache_yaml.get("remote_url", "")).startswith("s3://"):
+            results.append(S3Probe(address="-", host_header=host_header,
+                                   credentials_from=host.name,
+                                   error="no credentials profile on the host"))
+    if good is None:
+        return results
+    trips = [pool.submit(s3_probe.roundtrip,
+                         S3Probe(address=a, host_header=host_header, auth_status=200,
+                                 credentials_from="round trip"),
+                         port, region, good, size, i == 0)
+             for i, a in enumerate(healthy)]
+    return results + [t.result() for t in trips]

@@ -1,0 +1,1 @@
+"""I/O: the only verify modules that touch the network, SSH or subprocesses."""

@@ -1,0 +1,74 @@
+"""S3 through the virtual-hosted name, against every resolved address, with each serving
+host's deployed credentials profile."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from deploy_kit.verify.model import S3Probe
+from deploy_kit.verify.probes.sigv4 import Credentials, request
+
+OBJECT = "/deploykit-verify-probe"
+
+
+def _tag(element: ET.Element) -> str:
+    return element.tag.rsplit("}", 1)[-1]
+
+
+def parse_lifecycle(body: bytes) -> list[dict[str, Any]]:
+    """S3 LifecycleConfiguration XML -> the rule dicts boto3 would return."""
+    rules = []
+    for rule in ET.fromstring(body):
+        if _tag(rule) != "Rule":
+            continue
+        out: dict[str, Any] = {}
+        for child in rule:
+            name = _tag(child)
+            if name in ("ID", "Status", "Prefix"):
+                out[name] = child.text or ""
+            elif name == "Filter":
+                prefix = next((c.text or "" for c in child if _tag(c) == "Prefix"), "")
+                out["Filter"] = {"Prefix": prefix}
+            elif name == "Expiration":
+                out["Expiration"] = {_tag(c): int(c.text or 0) for c in child}
+            elif name == "AbortIncompleteMultipartUpload":
+                out[name] = {_tag(c): int(c.text or 0) for c in child}
+        rules.append(out)
+    return rules
+
+
+def auth(address: str, port: int, host: str, region: str, creds: Credentials,
+         source: str) -> S3Probe:
+    result = S3Probe(address=address, host_header=host, credentials_from=source)
+    try:
+        result.auth_status, _ = request(address, port, "HEAD", "/", host, region, creds,
+                                        timeout=15)
+    except OSError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def roundtrip(result: S3Probe, port: int, region: str, creds: Credentials, size: int,
+              with_lifecycle: bool) -> S3Probe:
+    payload = os.urandom(size)
+    a, h = result.address, result.host_header
+    try:
+        result.put, _ = request(a, port, "PUT", OBJECT, h, region, creds, payload)
+        result.head, _ = request(a, port, "HEAD", OBJECT, h, region, creds)
+        result.get, body = request(a, port, "GET", OBJECT, h, region, creds)
+        result.same = hashlib.sha256(body).digest() == hashlib.sha256(payload).digest()
+        result.bytes = len(body)
+        result.delete, _ = request(a, port, "DELETE", OBJECT, h, region, creds)
+        _, anonymous = request(a, port, "GET", "/", h, region, None)
+        match = re.search(rb"<BucketName>([^<]*)</BucketName>", anonymous)
+        result.anonymous_bucket = match.group(1).decode() if match else ""
+        if with_lifecycle:
+            status, body = request(a, port, "GET", "/", h, region, creds, query="lifecycle=")
+            result.lifecycle = parse_lifecycle(body) if status == 200 else []
+    except (OSError, ET.ParseError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    return result

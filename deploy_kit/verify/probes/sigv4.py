@@ -1,0 +1,59 @@
+"""A small SigV4 S3 client: explicit address, virtual-hosted Host header, no DNS lookups.
+
+verify connects to each resolved address itself, so it needs the Host header and the TCP
+target kept apart; that is what LMCache's requests look like on the wire.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import http.client
+from dataclasses import dataclass
+
+UNSIGNED = "UNSIGNED-PAYLOAD"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"Credentials(access_key={self.access_key[:4]}…)"
+
+
+def signed_headers(method: str, path: str, host: str, region: str, creds: Credentials,
+                   now: datetime.datetime | None = None, query: str = "") -> dict[str, str]:
+    now = now or datetime.datetime.now(datetime.UTC)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    headers = {"host": host, "x-amz-content-sha256": UNSIGNED, "x-amz-date": amz_date}
+    names = ";".join(sorted(headers))
+    canonical = "\n".join([method, path, query, *(f"{k}:{headers[k]}" for k in sorted(headers)),
+                           "", names, UNSIGNED])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + creds.secret_key).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={creds.access_key}/{scope}, "
+                                f"SignedHeaders={names}, Signature={signature}")
+    return headers
+
+
+def request(address: str, port: int, method: str, path: str, host: str, region: str,
+            creds: Credentials | None, body: bytes = b"", query: str = "",
+            timeout: float = 120.0) -> tuple[int, bytes]:
+    headers = signed_headers(method, path, host, region, creds, query=query) if creds else \
+        {"host": host}
+    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    try:
+        conn.request(method, path + (f"?{query}" if query else ""), body=body or None,
+                     headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()

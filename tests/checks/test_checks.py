@@ -1,0 +1,189 @@
+"""Every verify check: a passing observation and a failing one (ansible-lint's pattern)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+
+import pytest
+
+import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+from deploy_kit.verify.model import (
+    CHECKS,
+    Concentrator,
+    DnsAnswer,
+    Observation,
+    S3Probe,
+    ServingHost,
+    Status,
+    evaluate,
+)
+
+RGW = ["10.9.0.11", "10.9.0.12"]
+KV = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+LIFECYCLE = {"Rules": [{"ID": "deploykit-expire-kv", "Status": "Enabled",
+                        "Filter": {"Prefix": ""}, "Expiration": {"Days": 1},
+                        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}
+
+
+def serving(name: str, seed: str = "67") -> ServingHost:
+    return ServingHost(
+        name=name, address=f"10.9.1.{name[-1]}",
+        lmcache_yaml={"chunk_size": 256, "max_local_cpu_size": 1.0,
+                      "remote_url": "s3://lmcache.s3.t.test",
+                      "extra_config": {"s3_region": "default", "disable_tls": True,
+                                       "save_chunk_meta": False}},
+        env={"PYTHONHASHSEED": seed, "LMCACHE_TRACK_USAGE": "false", "AWS_PROFILE": "lmcache"},
+        argv=["/opt/vllm/bin/vllm", "serve", "Qwen/Qwen3-8B", "--tensor-parallel-size", "1",
+              "--block-size", "16", "--kv-transfer-config", KV],
+        credentials={"access_key": "A", "secret_key": "S"},
+        resolv_nameservers=["10.9.0.31"],
+        resolved={"s3.t.test": list(RGW), "lmcache.s3.t.test": list(RGW)},
+        mem_total_bytes=64 * 1024**3)
+
+
+def healthy() -> Observation:
+    obs = Observation(
+        fqdn="s3.t.test", bucket="lmcache", region="default", rgw_addresses=list(RGW),
+        dns_servers=["10.9.0.31"],
+        expected_pools=[{"name": "p.data", "pg_num": 32, "size": 1, "min_size": 1,
+                         "application": "rgw"}],
+        expected_rgw_daemons=4, expected_lifecycle=LIFECYCLE,
+        pinned={"lmcache": "0.5.6", "vllm": "0.33.0"},
+        planned_identity={"PYTHONHASHSEED": "67"})
+    for name in ("s3.t.test", "lmcache.s3.t.test"):
+        for transport in ("udp", "tcp"):
+            obs.dns.append(DnsAnswer("10.9.0.31", name, transport, list(RGW), [name + "."], 5))
+    obs.concentrators = [Concentrator(a, 200, 200) for a in RGW]
+    obs.s3 = [S3Probe(address=RGW[0], host_header="lmcache.s3.t.test", auth_status=200,
+                      credentials_from="gpu1"),
+              S3Probe(address=RGW[0], host_header="lmcache.s3.t.test", auth_status=200,
+                      put=200, head=200, get=200, delete=204, same=True, bytes=100,
+                      lifecycle=[{"ID": "deploykit-expire-kv", "Status": "Enabled",
+                                  "Prefix": "", "Expiration": {"Days": 1},
+                                  "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}],
+                      anonymous_bucket="lmcache", credentials_from="round trip")]
+    obs.pools = [{"pool_name": "p.data", "pg_num": 32, "size": 1, "min_size": 1,
+                  "application_metadata": {"rgw": {}}}]
+    obs.rgw_daemons = 4
+    obs.serving = [serving("gpu1"), serving("gpu2")]
+    return obs
+
+
+def test_healthy_site_passes_every_check() -> None:
+    findings = evaluate(healthy())
+    assert [f for f in findings if f.status == Status.FAIL] == []
+    checked = {f.check for f in findings if f.status == Status.PASS}
+    assert checked >= set(CHECKS) - {"vllm-service", "versions-manifest"}
+    skipped = [f for f in findings if f.check == "vllm-service"]
+    assert skipped and all(f.status == Status.SKIP and "not running" in f.message
+                           for f in skipped)
+
+
+def _stop_concentrator(o: Observation) -> None:
+    o.concentrators[1] = Concentrator(RGW[1], None, None, "ConnectionRefusedError")
+
+
+def _one_record(o: Observation) -> None:
+    o.dns[0].addresses = [RGW[0]]
+
+
+def _wrong_secret(o: Observation) -> None:
+    o.s3[0].auth_status = 403
+
+
+def _bad_chunk(o: Observation) -> None:
+    assert o.serving[0].lmcache_yaml is not None
+    o.serving[0].lmcache_yaml["chunk_size"] = 250
+
+
+def _seed(o: Observation) -> None:
+    o.serving[1].env["PYTHONHASHSEED"] = "68"
+
+
+def _no_region(o: Observation) -> None:
+    assert o.serving[1].lmcache_yaml is not None
+    del o.serving[1].lmcache_yaml["extra_config"]["s3_region"]
+
+
+def _connector(o: Observation) -> None:
+    o.serving[0].argv[-1] = json.dumps({"kv_connector": "LMCacheConnector",
+                                        "kv_role": "kv_both", "kv_parallel_size": 2})
+
+
+CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
+    ("s3-concentrator-reachable", _stop_concentrator, RGW[1], "is down"),
+    ("dns-answer-count", _stop_concentrator, "lmcache.s3.t.test @10.9.0.31/udp",
+     "whose concentrator is down"),
+    ("dns-answer-count", _one_record, "s3.t.test @10.9.0.31/udp", f"missing {RGW[1]}"),
+    ("dns-answer-name", lambda o: setattr(o.dns[2], "owner_names", ["s3.service.consul."]),
+     "lmcache.s3.t.test @10.9.0.31/udp", "s3.service.consul"),
+    ("dns-resolver-points-at-coredns",
+     lambda o: setattr(o.serving[0], "resolv_nameservers", ["8.8.8.8"]), "gpu1", "8.8.8.8"),
+    ("dns-client-resolution", lambda o: o.serving[1].resolved.update({"s3.t.test": [RGW[0]]}),
+     "gpu2: s3.t.test", "expected"),
+    ("s3-credentials-valid", _wrong_secret, "gpu1 → 10.9.0.11", "403"),
+    ("s3-roundtrip", lambda o: setattr(o.s3[1], "same", False), "lmcache.s3.t.test via",
+     "identical=False"),
+    ("s3-vhost-routing", lambda o: setattr(o.s3[1], "anonymous_bucket", ""), RGW[0],
+     "no bucket"),
+    ("ceph-pools", lambda o: o.pools[0].update(size=3) if o.pools else None, "p.data",
+     "size 3 (planned 1)"),
+    ("ceph-rgw-daemons", lambda o: setattr(o, "rgw_daemons", 3), "rgw", "3 of 4"),
+    ("lmcache-chunk-aligned", _bad_chunk, "gpu1", "250 is not a multiple of block size 16"),
+    ("lmcache-fleet-consistent", _seed, "gpu2", "PYTHONHASHSEED 68 differs"),
+    ("lmcache-s3-settings", _no_region, "gpu2", "s3_region missing"),
+    ("lmcache-remote-url", lambda o: o.serving[0].resolved.pop("lmcache.s3.t.test"), "gpu1",
+     "does not resolve"),
+    ("lmcache-memory", lambda o: setattr(o.serving[0], "mem_total_bytes", 1024**3), "gpu1",
+     "pins"),
+    ("vllm-connector-name", _connector, "gpu1", "rejects kv_parallel_size"),
+    ("serving-host-reachable", lambda o: setattr(o.serving[1], "lmcache_yaml", None), "gpu2",
+     "no LMCache config"),
+]
+
+WARNINGS = [
+    ("dns-ttl-low", lambda o: setattr(o.dns[0], "ttl", 600), "TTL 600"),
+    ("lmcache-keys-known",
+     lambda o: o.serving[0].lmcache_yaml["extra_config"].update(s3_max_inflight_reqs=64)
+     if o.serving[0].lmcache_yaml else None, "ignores s3_max_inflight_reqs"),
+    ("lmcache-telemetry-off", lambda o: o.serving[0].env.pop("LMCACHE_TRACK_USAGE"),
+     "reports usage"),
+    ("s3-bucket-lifecycle", lambda o: setattr(o.s3[1], "lifecycle", []), "differs"),
+]
+
+
+@pytest.mark.parametrize(("check_id", "breaks", "target", "text"), CASES,
+                         ids=[c[0] + "-" + str(i) for i, c in enumerate(CASES)])
+def test_check_fails_naming_the_target(check_id: str, breaks: Callable[[Observation], None],
+                                       target: str, text: str) -> None:
+    obs = copy.deepcopy(healthy())
+    breaks(obs)
+    failing = [f for f in evaluate(obs, {check_id}) if f.status == Status.FAIL]
+    assert failing, f"{check_id} did not fail"
+    assert any(f.target.startswith(target) and text in f.message for f in failing), failing
+
+
+@pytest.mark.parametrize(("check_id", "breaks", "text"), WARNINGS, ids=[w[0] for w in WARNINGS])
+def test_warning_checks_warn_but_do_not_fail(check_id: str,
+                                             breaks: Callable[[Observation], None],
+                                             text: str) -> None:
+    obs = copy.deepcopy(healthy())
+    breaks(obs)
+    findings = evaluate(obs, {check_id})
+    assert not [f for f in findings if f.status == Status.FAIL]
+    assert any(f.status == Status.WARN and text in f.message for f in findings), findings
+
+
+def test_seed_tie_names_the_host_that_left_the_plan() -> None:
+    obs = healthy()
+    obs.serving[0].env["PYTHONHASHSEED"] = "99"  # two hosts, one each: the plan decides
+    failing = [f for f in evaluate(obs, {"lmcache-fleet-consistent"})
+               if f.status == Status.FAIL]
+    assert [f.target for f in failing] == ["gpu1"]
+
+
+def test_every_check_has_a_failing_case() -> None:
+    covered = {c[0] for c in CASES} | {w[0] for w in WARNINGS}
+    assert set(CHECKS) - covered <= {"vllm-service", "versions-manifest"}

@@ -1,0 +1,93 @@
+"""`deploykit verify` against the converged lab: all green, then injected faults, each
+caught by the right check naming the host or address, then green again after `up`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.lab.conftest import Lab
+
+pytestmark = pytest.mark.lab
+
+LAB2, LAB3, LAB4 = "10.99.0.12", "10.99.0.13", "10.99.0.14"
+CFG = "/etc/deploykit"
+
+
+def verify(lab: Lab) -> tuple[int, list[dict]]:
+    result = lab.deploykit("verify", "--inventory", "lab", "--json", check=False)
+    return result.returncode, json.loads(result.stdout)["findings"]
+
+
+def failing(findings: list[dict]) -> set[tuple[str, str]]:
+    return {(f["check"], f["target"]) for f in findings if f["status"] == "fail"}
+
+
+def has(findings: list[dict], check: str, target_prefix: str) -> bool:
+    return any(c == check and t.startswith(target_prefix) for c, t in failing(findings))
+
+
+def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
+    rc, findings = verify(converged)
+    assert rc == 0, failing(findings)
+    statuses = {f["check"]: f["status"] for f in findings}
+    for check in ("dns-answer-count", "s3-concentrator-reachable", "s3-credentials-valid",
+                  "s3-roundtrip", "s3-vhost-routing", "ceph-pools", "ceph-rgw-daemons",
+                  "lmcache-chunk-aligned", "lmcache-fleet-consistent", "lmcache-s3-settings",
+                  "lmcache-remote-url", "vllm-connector-name",
+                  "dns-resolver-points-at-coredns", "dns-client-resolution"):
+        assert statuses.get(check) == "pass", (check, statuses.get(check))
+    skipped = [f for f in findings if f["check"] == "vllm-service"]
+    assert skipped and all(f["status"] == "skip" and "service not running" in f["message"]
+                           for f in skipped)
+    roundtrips = [f for f in findings if f["check"] == "s3-roundtrip"]
+    assert len(roundtrips) == 2  # one per gateway host, through lmcache.s3.lab.test
+
+
+def test_stopped_concentrator_is_named(converged: Lab) -> None:
+    converged.ssh(LAB2, "systemctl stop haproxy")
+    try:
+        rc, findings = verify(converged)
+    finally:
+        converged.ssh(LAB2, "systemctl start haproxy")
+    assert rc == 6
+    assert has(findings, "s3-concentrator-reachable", LAB2)
+    # static DNS still hands out the dead address: the DNS check names it too
+    assert any(f["check"] == "dns-answer-count" and LAB2 in f["message"]
+               and "concentrator is down" in f["message"] for f in findings)
+
+
+def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> None:
+    converged.ssh(LAB3, f"sed -i 's/^aws_secret_access_key = .*/aws_secret_access_key = "
+                  f"WRONGWRONGWRONG/' {CFG}/aws/credentials")
+    converged.ssh(LAB3, f"sed -i 's/^chunk_size: 256/chunk_size: 250/' {CFG}/lmcache.yaml")
+    converged.ssh(LAB4, f"sed -i 's/^PYTHONHASHSEED=.*/PYTHONHASHSEED=68/' {CFG}/vllm.env")
+    converged.ssh(LAB4, f"sed -i '/s3_region:/d' {CFG}/lmcache.yaml")
+    for server in ("10.99.0.11", LAB2):
+        converged.ssh(server, "sed -i '/10.99.0.12$/d' /etc/coredns/db.s3.lab.test && "
+                      "systemctl restart coredns && sleep 1")
+    rc, findings = verify(converged)
+    assert rc == 6
+    assert has(findings, "s3-credentials-valid", "lab3")
+    assert any(f["check"] == "s3-credentials-valid" and "wrong keys" in f["hint"]
+               for f in findings)
+    assert has(findings, "lmcache-chunk-aligned", "lab3")
+    assert has(findings, "lmcache-fleet-consistent", "lab4")
+    assert has(findings, "lmcache-s3-settings", "lab4")
+    assert has(findings, "dns-answer-count", "s3.lab.test @10.99.0.11/udp")
+    assert has(findings, "dns-answer-count", "lmcache.s3.lab.test @10.99.0.12/tcp")
+    assert any(f["check"] == "dns-answer-count" and f"missing {LAB2}" in f["message"]
+               for f in findings)
+    # repair: one converge restores every file (and restarts CoreDNS), verify is green
+    summary = converged.converge()
+    assert summary["changed"] > 0 and not summary["failed"]
+    rc, findings = verify(converged)
+    assert rc == 0, failing(findings)
+
+
+def test_doctor_runs_the_checks_for_a_symptom(converged: Lab) -> None:
+    result = converged.deploykit("doctor", "401 Unauthorized", "--inventory", "lab")
+    assert ("s3-credentials-valid" in result.stderr and "wrong keys" in result.stderr.lower()) \
+        or "RGW user keys" in result.stderr
+    assert result.returncode == 0
