@@ -12,7 +12,7 @@ from typing import Any
 from deploy_kit.verify.model import S3Probe
 from deploy_kit.verify.probes.sigv4 import Credentials, request
 
-OBJECT = "/deploykit-verify-probe"
+OBJECT_PREFIX = "/deploykit-verify-probe"
 
 
 def _tag(element: ET.Element) -> str:
@@ -56,13 +56,15 @@ def roundtrip(result: S3Probe, port: int, region: str, creds: Credentials, size:
               with_lifecycle: bool) -> S3Probe:
     payload = os.urandom(size)
     a, h = result.address, result.host_header
+    # one object per probe: concurrent round trips must not overwrite each other
+    key = f"{OBJECT_PREFIX}-{a.replace(':', '_')}-{os.urandom(4).hex()}"
     try:
-        result.put, _ = request(a, port, "PUT", OBJECT, h, region, creds, payload)
-        result.head, _ = request(a, port, "HEAD", OBJECT, h, region, creds)
-        result.get, body = request(a, port, "GET", OBJECT, h, region, creds)
+        result.put, _ = request(a, port, "PUT", key, h, region, creds, payload)
+        result.head, _ = request(a, port, "HEAD", key, h, region, creds)
+        result.get, body = request(a, port, "GET", key, h, region, creds)
         result.same = hashlib.sha256(body).digest() == hashlib.sha256(payload).digest()
         result.bytes = len(body)
-        result.delete, _ = request(a, port, "DELETE", OBJECT, h, region, creds)
+        result.delete, _ = request(a, port, "DELETE", key, h, region, creds)
         _, anonymous = request(a, port, "GET", "/", h, region, None)
         match = re.search(rb"<BucketName>([^<]*)</BucketName>", anonymous)
         result.anonymous_bucket = match.group(1).decode() if match else ""
