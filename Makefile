@@ -31,7 +31,7 @@ unit: install
 	$(BIN)/pytest tests/unit
 
 lint: install
-	$(BIN)/ruff check deploy_kit tests bench plugins
+	$(BIN)/ruff check deploy_kit tests bench plugins tools
 	$(BIN)/mypy
 	ANSIBLE_CONFIG=ansible.cfg $(BIN)/ansible-lint -q roles playbooks
 

@@ -139,7 +139,8 @@ def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: L
 
 
 def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | None,
-            as_json: bool, junit: Path | None, verbose: bool, limit: str | None) -> None:
+            as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
+            roundtrip: bool = False) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
     from deploy_kit.verify import report
@@ -154,6 +155,11 @@ def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | N
     with console.status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
         observation = gather(site)
     findings = evaluate(observation, only)
+    if roundtrip:
+        from deploy_kit.roundtrip import roundtrip as run_roundtrip
+
+        with console.status("LMCache round trip between two serving hosts…"):
+            findings += run_roundtrip(site)
     for error in observation.probe_errors:
         console.print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
@@ -173,10 +179,13 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
            as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
            junit: Annotated[Path | None, typer.Option("--junit", help="JUnit XML file")] = None,
            verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show passes")] = False,
-           limit: LimitOpt = None) -> None:
+           limit: LimitOpt = None,
+           roundtrip: Annotated[bool, typer.Option(
+               "--roundtrip", help="store a KV chunk with LMCache on one serving host and "
+                                   "read it on another")] = False) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
     _verify(inventory, vault_password_file, set(check) if check else None, as_json, junit,
-            verbose, limit)
+            verbose, limit, roundtrip)
 
 
 @app.command()
@@ -196,6 +205,72 @@ def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom
         console.print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
         ids.update(checks)
     _verify(inventory, vault_password_file, ids, False, None, True, None)
+
+
+cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
+app.add_typer(cache_app, name="cache")
+ModelOpt = Annotated[str | None, typer.Option("--model", help="model string as served")]
+
+
+@cache_app.command("stats")
+def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
+                as_json: Annotated[bool, typer.Option("--json")] = False,
+                vault_password_file: VaultOpt = None) -> None:
+    """Count, bytes and age of cache objects per model / TP×PP / dtype."""
+    from deploy_kit.cache.keys import aggregate, model_prefix
+    from deploy_kit.cache.store import list_objects, open_bucket
+    from deploy_kit.config.open import open_site
+    from deploy_kit.console import human_bytes
+
+    bucket = open_bucket(open_site(inventory, vault_password_file))
+    groups, foreign = aggregate(list_objects(bucket, model_prefix(model) if model else ""))
+    rows = [{"model": g.model, "world_size": g.world_size, "dtype": g.dtype,
+             "objects": g.objects, "chunks": len(g.chunks), "bytes": g.bytes,
+             "oldest": g.oldest.isoformat() if g.oldest else None,
+             "newest": g.newest.isoformat() if g.newest else None} for g in groups]
+    if as_json:
+        sys.stdout.write(json.dumps({"groups": rows, "other_objects": len(foreign)}, indent=2)
+                         + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"s3://{bucket.host}", title_justify="left")
+    for col in ("model", "TP×PP", "dtype", "objects", "chunks", "bytes", "oldest", "newest"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["model"]), str(r["world_size"]), str(r["dtype"]), str(r["objects"]),
+                      str(r["chunks"]), human_bytes(int(str(r["bytes"]))),
+                      str(r["oldest"])[:19], str(r["newest"])[:19])
+    console.print(table)
+    if foreign:
+        console.print(f"{len(foreign)} object(s) not named like LMCache chunks")
+
+
+@cache_app.command("purge")
+def cache_purge(inventory: InventoryOpt,
+                model: Annotated[str, typer.Option("--model", help="model string as served")],
+                yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+                vault_password_file: VaultOpt = None) -> None:
+    """Delete every cache object of one model (e.g. between TTFT runs)."""
+    from deploy_kit.cache.keys import model_prefix
+    from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
+    from deploy_kit.config.open import open_site
+
+    bucket = open_bucket(open_site(inventory, vault_password_file))
+    objects = list_objects(bucket, model_prefix(model))
+    if not objects:
+        console.print(f"no cache objects for {model}")
+        return
+    total = sum(o.size for o in objects)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise typer.BadParameter("refusing to delete without a terminal; pass --yes",
+                                     param_hint="--yes")
+        typer.confirm(f"delete {len(objects)} objects ({total:,} B) of {model}?", abort=True)
+    deleted = delete_objects(bucket, [o.key for o in objects])
+    console.print(f"deleted {deleted} of {len(objects)} objects of {model}")
+    if deleted != len(objects):
+        raise DeployKitError(f"{len(objects) - deleted} objects could not be deleted")
 
 
 lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "

@@ -87,3 +87,32 @@ def _finish_image(rootfs: Path) -> None:
             missing_ok=True)
     (rootfs / "etc" / "resolv.conf").unlink(missing_ok=True)
     (rootfs / "etc" / "resolv.conf").write_text("# lab host: set by the resolver role\n")
+
+
+# vLLM is installed without its (GPU) dependencies, plus the few its hashing import chain
+# needs: LMCache derives NONE_HASH from vLLM and so from PYTHONHASHSEED, as in production.
+VLLM_IMPORT_DEPS = ("cbor2", "openai-harmony", "openai", "pillow", "pybase64", "cloudpickle",
+                    "uvloop", "xgrammar", "partial_json_parser", "llguidance")
+
+
+def ensure_lmcache_venv(version: str, vllm_version: str = "0.33.0") -> Path:
+    """A controller venv with the pinned LMCache (and the CUDA torch PyPI serves: no CPU
+    build is reachable from here), used for the lab's round trip. Built once, cached."""
+    from deploy_kit.lab.layout import CACHE_DIR
+
+    venv = CACHE_DIR / f"lmcache-venv-{version}"
+    if (venv / ".deploykit-ready").exists():
+        return venv
+    wheels = CACHE_DIR / f"wheels-lmcache-{version}"
+    wheels.mkdir(parents=True, exist_ok=True)
+    run(["python3", "-m", "pip", "download", "-q", "-d", str(wheels), f"lmcache=={version}"],
+        timeout=3600)
+    shutil.rmtree(venv, ignore_errors=True)
+    run(["python3", "-m", "venv", str(venv)])
+    run([str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheels),
+         f"lmcache=={version}"], timeout=3600)
+    run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", f"vllm=={vllm_version}"],
+        timeout=3600)
+    run([str(venv / "bin" / "pip"), "install", "-q", *VLLM_IMPORT_DEPS], timeout=3600)
+    (venv / ".deploykit-ready").write_text("ok\n")
+    return venv

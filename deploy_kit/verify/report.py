@@ -20,7 +20,7 @@ STYLE = {Status.PASS: "green", Status.FAIL: "red", Status.WARN: "yellow", Status
 
 def area(finding: Finding) -> str:
     check = CHECKS.get(finding.check)
-    return check.tags[0] if check else "other"
+    return check.tags[0] if check else finding.check.split("-")[0]
 
 
 def failed(findings: list[Finding]) -> list[Finding]:

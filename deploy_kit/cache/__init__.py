@@ -1,0 +1,1 @@
+"""`deploykit cache stats|purge`: the LMCache objects in the bucket, by model/TP/dtype."""

@@ -1,0 +1,96 @@
+"""The bucket, read and pruned with the S3 API (keys fetched from RGW, never printed)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import urllib.parse
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+
+from deploy_kit.cache.keys import StoredObject
+from deploy_kit.config.site import Site
+from deploy_kit.errors import DeployKitError
+from deploy_kit.verify.probes.sigv4 import Credentials, request
+from deploy_kit.verify.probes.ssh import run_on
+
+
+class CacheError(DeployKitError):
+    pass
+
+
+@dataclass(frozen=True)
+class Bucket:
+    address: str
+    port: int
+    host: str  # <bucket>.<fqdn>: virtual-hosted, as LMCache addresses it
+    region: str
+    credentials: Credentials
+
+
+def open_bucket(site: Site) -> Bucket:
+    admin = site.group("ceph_admin")
+    rgw = site.group("rgw")
+    if not admin or not rgw:
+        raise CacheError("the inventory needs ceph_admin and rgw hosts")
+    s = site.settings
+    script = (f"radosgw-admin --conf {shlex.quote(admin[0].config.deploykit_ceph_conf)} user "
+              f"info --uid {shlex.quote(s.ceph_rgw_s3_user)}")
+    try:
+        info = json.loads(run_on(admin[0], script, timeout=60))
+        key = info["keys"][0]
+    except (ValueError, KeyError, IndexError, OSError) as exc:
+        raise CacheError(f"cannot read the S3 user {s.ceph_rgw_s3_user} on {admin[0].name}: "
+                         f"{type(exc).__name__}", hint="has `deploykit up` run?") from None
+    return Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
+                  host=f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}",
+                  region=s.deploykit_s3_region,
+                  credentials=Credentials(key["access_key"], key["secret_key"]))
+
+
+def canonical_query(params: dict[str, str]) -> str:
+    return "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+                    for k, v in sorted(params.items()))
+
+
+def _tag(e: ET.Element) -> str:
+    return e.tag.rsplit("}", 1)[-1]
+
+
+def list_objects(bucket: Bucket, prefix: str = "") -> list[StoredObject]:
+    objects: list[StoredObject] = []
+    token = None
+    while True:
+        params = {"list-type": "2", "max-keys": "1000"}
+        if prefix:
+            params["prefix"] = prefix
+        if token:
+            params["continuation-token"] = token
+        status, body = request(bucket.address, bucket.port, "GET", "/", bucket.host,
+                               bucket.region, bucket.credentials, query=canonical_query(params))
+        if status != 200:
+            raise CacheError(f"listing the bucket failed: HTTP {status}")
+        root = ET.fromstring(body)
+        for element in root:
+            if _tag(element) == "Contents":
+                fields = {_tag(c): c.text or "" for c in element}
+                objects.append(StoredObject(
+                    key=fields["Key"], size=int(fields.get("Size", 0)),
+                    modified=datetime.fromisoformat(fields["LastModified"].replace("Z", "+00:00"))))
+        truncated = next((e.text for e in root if _tag(e) == "IsTruncated"), "false")
+        token = next((e.text for e in root if _tag(e) == "NextContinuationToken"), None)
+        if truncated != "true" or not token:
+            return objects
+
+
+def delete_objects(bucket: Bucket, keys: list[str], workers: int = 16) -> int:
+    def delete(key: str) -> int:
+        path = "/" + urllib.parse.quote(key, safe="-_.~")
+        status, _ = request(bucket.address, bucket.port, "DELETE", path, bucket.host,
+                            bucket.region, bucket.credentials)
+        return 1 if status in (200, 204) else 0
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(pool.map(delete, keys))

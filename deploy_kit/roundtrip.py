@@ -1,0 +1,159 @@
+"""`deploykit verify --roundtrip`: LMCache's real S3 connector stores a chunk from one
+serving host and reads it back from another, through the deployed remote_url, profile and
+PYTHONHASHSEED; a second read with another seed must miss.
+
+Where a serving host has LMCache installed (vllm_venv), the driver runs there over SSH.
+On the CPU-only lab, whose hosts carry no LMCache (2 GB of CUDA wheels), it runs on the
+controller *inside the host's network namespace* with the host's resolv.conf and a copy of
+the host's deployed files: the host's network, DNS, config, credentials and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy_kit.config.site import Host, Site
+from deploy_kit.errors import DeployKitError
+from deploy_kit.lab.layout import CACHE_DIR
+from deploy_kit.project import project_dir
+from deploy_kit.render import names
+from deploy_kit.verify.model import Finding, Status
+from deploy_kit.verify.probes.ssh import run_on
+
+DRIVER = "tools/lmcache_roundtrip.py"
+TOKENS = 512  # two 256-token chunks
+
+
+class RoundTripError(DeployKitError):
+    pass
+
+
+@dataclass
+class HostFiles:
+    env: dict[str, str]
+    files: dict[str, str]  # deployed path -> content
+    resolv: str
+
+
+def _read(host: Host) -> HostFiles:
+    c = host.config
+    paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
+    script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
+                       [names.vllm_env_path(c), *paths, "/etc/resolv.conf"])
+    from deploy_kit.verify.probes.ssh import sections
+
+    found = sections(run_on(host, script))
+    env = dict(line.split("=", 1) for line in found.get(names.vllm_env_path(c), "").splitlines()
+               if "=" in line and not line.startswith("#"))
+    return HostFiles(env=env, files={p: found.get(p, "") for p in paths},
+                     resolv=found.get("/etc/resolv.conf", ""))
+
+
+def lab_venv(version: str) -> Path:
+    return CACHE_DIR / f"lmcache-venv-{version}"
+
+
+def _run_driver(site: Site, host: Host, mode: str, seed: str | None) -> dict[str, object]:
+    if host.geometry is None or host.geometry.mla:
+        raise RoundTripError(f"{host.name}: the round trip needs a standard-attention model")
+    g = host.geometry
+    args = [mode, host.config.vllm_model, str(g.num_layers), str(g.num_kv_heads),
+            str(g.head_dim), str(TOKENS)]
+    deployed = _read(host)
+    env = {k: v for k, v in deployed.env.items()}
+    if seed is not None:
+        env["PYTHONHASHSEED"] = seed
+    driver = (project_dir() / DRIVER).read_text()
+    venv = lab_venv(host.config.lmcache_version)
+    netns = f"dklab-{host.name}"
+    if Path(f"/run/netns/{netns}").exists() and (venv / "bin" / "python").exists():
+        output = _run_in_netns(netns, venv, deployed, env, driver, args)
+    else:
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        python = f"{shlex.quote(host.config.vllm_venv)}/bin/python"
+        output = run_on(host, f"cat > /tmp/dk-roundtrip.py <<'DKEOF'\n{driver}\nDKEOF\n"
+                              f"env {exports} {python} /tmp/dk-roundtrip.py "
+                              f"{shlex.join(args)}; rm -f /tmp/dk-roundtrip.py", timeout=600)
+    lines = [ln for ln in output.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise RoundTripError(f"{host.name}: the LMCache driver printed no result",
+                             hint=output[-500:])
+    result: dict[str, object] = json.loads(lines[-1])
+    return result
+
+
+def _run_in_netns(netns: str, venv: Path, deployed: HostFiles, env: dict[str, str],
+                  driver: str, args: list[str]) -> str:
+    etc = Path("/etc/netns") / netns
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "resolv.conf").write_text(deployed.resolv)  # `ip netns exec` binds it in
+    work = Path(tempfile.mkdtemp(prefix="dk-roundtrip-"))
+    os.chmod(work, 0o700)
+    try:
+        for path, content in deployed.files.items():
+            local = work / path.lstrip("/")
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(content)
+            local.chmod(0o600)
+        for key in ("LMCACHE_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+            if key in env:
+                env[key] = str(work / env[key].lstrip("/"))
+        (work / "driver.py").write_text(driver)
+        result = subprocess.run(
+            ["ip", "netns", "exec", netns, str(venv / "bin" / "python"), str(work / "driver.py"),
+             *args], env={"PATH": "/usr/bin:/bin", "HOME": str(work),
+                          "VLLM_TARGET_DEVICE": "cpu", **env},
+            capture_output=True, text=True, timeout=600)
+        return result.stdout + ("\n" + result.stderr[-2000:] if result.returncode else "")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(etc, ignore_errors=True)
+
+
+def roundtrip(site: Site) -> list[Finding]:
+    serving = site.group("vllm")
+    if len(serving) < 2:
+        return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
+                        "needs two serving hosts")]
+    a, b = serving[0], serving[1]
+    stored = _run_driver(site, a, "store", None)
+    fetched = _run_driver(site, b, "fetch", None)
+    seed = b.config.vllm_python_hash_seed
+    other = _run_driver(site, b, "fetch", str(seed + 1))
+    keys = [str(k) for k in stored.get("keys", [])]  # type: ignore[attr-defined]
+    findings = []
+    identical = fetched.get("identical", [])
+    hits = int(str(fetched.get("hits", 0)))
+    expected_prefix = a.config.vllm_model + "@1@0@"  # the S3 object name has / as _
+    if hits == len(keys) and keys and all(identical):  # type: ignore[arg-type]
+        findings.append(Finding(
+            "lmcache-roundtrip", Status.PASS, f"{a.name} → {b.name}",
+            f"{a.name} stored {len(keys)} chunks of {stored.get('chunk_bytes')} B through "
+            f"{a.config.deploykit_s3_bucket}.{a.config.deploykit_s3_fqdn}; {b.name} hit "
+            f"{hits}/{len(keys)}, byte-identical"))
+    else:
+        findings.append(Finding(
+            "lmcache-roundtrip", Status.FAIL, f"{a.name} → {b.name}",
+            f"{b.name} hit {hits}/{len(keys)}, identical {identical}",
+            "run `deploykit verify` for the cause (seed, credentials, DNS, region)"))
+    if keys and all(k.startswith(expected_prefix) and k.endswith("@bfloat16") for k in keys):
+        findings.append(Finding("lmcache-object-names", Status.PASS, a.name,
+                                f"objects named {keys[0].replace('/', '_')}"))
+    else:
+        findings.append(Finding("lmcache-object-names", Status.FAIL, a.name,
+                                f"unexpected object names {keys[:2]}",
+                                "expected <model>@<tp*pp>@<rank>@<hash>@<dtype>"))
+    missed = int(str(other.get("hits", 0))) == 0
+    findings.append(Finding(
+        "lmcache-seed-mismatch", Status.PASS if missed else Status.FAIL, b.name,
+        f"with PYTHONHASHSEED={seed + 1} (fleet: {seed}) {b.name} computes other keys and "
+        f"misses ({other.get('hits')}/{len(keys)} hits): every host must share one seed"
+        if missed else f"PYTHONHASHSEED={seed + 1} still hit: keys do not depend on the seed"))
+    return findings
