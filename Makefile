@@ -41,6 +41,7 @@ golden: install
 bench: install
 	$(BIN)/python bench/plan_render.py
 	$(BIN)/python bench/lab.py
+	$(DK) bench storage --inventory lab
 
 plan-example: install
 	$(DK) plan -i example

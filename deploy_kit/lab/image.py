@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from deploy_kit.lab.layout import (
@@ -91,8 +92,11 @@ def _finish_image(rootfs: Path) -> None:
 
 # vLLM is installed without its (GPU) dependencies, plus the few its hashing import chain
 # needs: LMCache derives NONE_HASH from vLLM and so from PYTHONHASHSEED, as in production.
-VLLM_IMPORT_DEPS = ("cbor2", "openai-harmony", "openai", "pillow", "pybase64", "cloudpickle",
-                    "uvloop", "xgrammar", "partial_json_parser", "llguidance")
+VLLM_IMPORT_DEPS = ("cbor2==6.3.0", "openai-harmony==0.0.8", "openai==3.57.0", "pillow==13.0.0",
+                    "pybase64==1.5.1", "cloudpickle==3.1.3", "uvloop==0.23.0",
+                    "xgrammar==0.2.9", "partial-json-parser==0.2.1.1.post7",
+                    "llguidance==1.9.1")
+TORCH = "torch==2.14.0"  # what vLLM 0.33 pins; PyPI's build is the CUDA one
 
 
 def ensure_lmcache_venv(version: str, vllm_version: str = "0.33.0") -> Path:
@@ -105,12 +109,12 @@ def ensure_lmcache_venv(version: str, vllm_version: str = "0.33.0") -> Path:
         return venv
     wheels = CACHE_DIR / f"wheels-lmcache-{version}"
     wheels.mkdir(parents=True, exist_ok=True)
-    run(["python3", "-m", "pip", "download", "-q", "-d", str(wheels), f"lmcache=={version}"],
-        timeout=3600)
+    run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), f"lmcache=={version}",
+         TORCH], timeout=3600)
     shutil.rmtree(venv, ignore_errors=True)
-    run(["python3", "-m", "venv", str(venv)])
+    run([sys.executable, "-m", "venv", str(venv)])
     run([str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheels),
-         f"lmcache=={version}"], timeout=3600)
+         f"lmcache=={version}", TORCH], timeout=3600)
     run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", f"vllm=={vllm_version}"],
         timeout=3600)
     run([str(venv / "bin" / "pip"), "install", "-q", *VLLM_IMPORT_DEPS], timeout=3600)

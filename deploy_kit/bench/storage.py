@@ -1,0 +1,87 @@
+"""`deploykit bench storage`: chunk-sized PUT/GET/HEAD through the S3 name, awscrt (the
+client LMCache uses) against boto3 in the same run; elbencho or warp rows when installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from deploy_kit.bench.png import bar_chart
+from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
+from deploy_kit.config.site import Site
+from deploy_kit.errors import DeployKitError
+from deploy_kit.plan.plan import build_plan
+from deploy_kit.verify.probes.ssh import run_on
+
+
+def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, Any]:
+    plan = build_plan(site)
+    if not plan.models:
+        raise DeployKitError("bench storage needs a serving model to size its objects")
+    model = plan.models[0]
+    bucket = open_bucket(site)
+    s = site.settings
+    host_header = bucket.host if s.deploykit_s3_port == 80 else f"{bucket.host}:{bucket.port}"
+    job = {"host": host_header, "bucket": s.deploykit_s3_bucket, "port": s.deploykit_s3_port,
+           "region": s.deploykit_s3_region, "size": model.object_bytes, "objects": objects,
+           "threads": threads, "access_key": bucket.credentials.access_key,
+           "secret_key": bucket.credentials.secret_key}
+    client = site.group("vllm")[0] if site.group("vllm") else None
+    argv = [sys.executable, "-m", "deploy_kit.bench.storage_worker"]
+    netns = f"dklab-{client.name}" if client else ""
+    etc = Path("/etc/netns") / netns
+    try:
+        if client and Path(f"/run/netns/{netns}").exists():
+            # the lab: measure from a serving host's network, resolving through its CoreDNS
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "resolv.conf").write_text(run_on(client, "cat /etc/resolv.conf"))
+            argv = ["ip", "netns", "exec", netns, *argv]
+        done = subprocess.run(argv, input=json.dumps(job), capture_output=True, text=True,
+                              timeout=3600)
+    finally:
+        if netns:
+            shutil.rmtree(etc, ignore_errors=True)
+        leftovers = list_objects(bucket, "deploykit-bench/")
+        delete_objects(bucket, [o.key for o in leftovers])
+    if done.returncode != 0:
+        raise DeployKitError(f"storage worker failed: {done.stderr.strip()[-400:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    for row in result["results"]:
+        if row.get("op") == "GET":
+            row["kv_tokens_per_s_restorable"] = int(row["gb_per_s"] * 1e9 /
+                                                    model.bytes_per_token)
+    result["object_bytes"] = model.object_bytes
+    result["model"] = model.model
+    result["measured_from"] = client.name if client else "controller"
+    result["other_tools"] = {tool: ("installed; not run by deploykit yet" if shutil.which(tool)
+                                    else "not installed") for tool in ("elbencho", "warp")}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "storage.json").write_text(json.dumps(result, indent=2) + "\n")
+    groups = [[r["gb_per_s"] for r in result["results"]
+               if r.get("op") == op and r["threads"] == t]
+              for op in ("PUT", "GET") for t in threads]
+    (out / "storage.png").write_bytes(bar_chart(groups))
+    result["files"] = [str(out / "storage.json"), str(out / "storage.png")]
+    return result
+
+
+def describe(result: dict[str, Any]) -> list[str]:
+    lines = [f"{result['model']}: {result['object_bytes']:,} B objects, measured from "
+             f"{result['measured_from']}"]
+    for r in result["results"]:
+        if r.get("op") == "error":
+            lines.append(f"{r['client']:7} t={r['threads']:<3} error: {r['error']}")
+            continue
+        extra = (f" {r['kv_tokens_per_s_restorable']:,} KV tok/s" if r["op"] == "GET" else "")
+        spread = ", ".join(f"{a}:{n}" for a, n in sorted(r.get("connections", {}).items()))
+        lines.append(f"{r['client']:7} t={r['threads']:<3} {r['op']:4} {r['gb_per_s']:6.3f} GB/s "
+                     f"{r['ops_per_s']:7.1f} op/s p50 {r['p50_ms']:7.1f} ms p99 "
+                     f"{r['p99_ms']:7.1f} ms{extra} conns[{spread}]")
+    lines.append("other tools: " + ", ".join(f"{k} {v}" for k, v in
+                                             result["other_tools"].items()))
+    return lines
+
