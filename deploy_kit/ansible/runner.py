@@ -28,7 +28,7 @@ def runs_dir() -> Path:
     return project_dir() / "runs"
 
 
-def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path]:
+def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path, int]:
     """Run one playbook; returns the record and the run directory (summary.json inside)."""
     import ansible_runner
 
@@ -80,7 +80,7 @@ def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path
         "failed": [asdict(f) for f in record.failed],
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return record, record_dir
+    return record, record_dir, int(result.rc or 0)
 
 
 def show_record(record: RunRecord, console: Console) -> None:
@@ -99,5 +99,7 @@ def raise_for(record: RunRecord, rc: int, record_dir: Path) -> None:
     if any(s.unreachable for s in record.hosts.values()):
         names = sorted(h for h, s in record.hosts.items() if s.unreachable)
         raise HostsUnreachable(f"unreachable: {', '.join(names)} (run record: {summary})")
-    if record.failed or rc != 0:
+    if record.failed:
         raise AnsibleFailed(f"{len(record.failed)} task(s) failed (run record: {summary})")
+    if rc != 0:  # e.g. a syntax error: Ansible stopped before any task ran
+        raise AnsibleFailed(f"ansible-playbook exited {rc} (output: {summary.parent}/ansible.log)")

@@ -106,10 +106,10 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         return
     console.print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                   + (" [yellow]check mode[/]" if check else ""))
-    record, record_dir = run_playbook(request, console)
+    record, record_dir, rc = run_playbook(request, console)
     show_record(record, console)
     console.print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
-    raise_for(record, 0 if not record.failed else 1, record_dir)
+    raise_for(record, rc, record_dir)
 
 
 @app.command()

@@ -1,0 +1,42 @@
+from pathlib import Path
+
+from deploy_kit.ansible.command import RunRequest, playbook_argv
+from deploy_kit.ansible.events import RunRecord, redact
+
+
+def test_argv_carries_every_flag_and_vars_only_as_files() -> None:
+    request = RunRequest(verb="up", playbook=Path("/p/site.yml"), inventory=Path("/i/lab"),
+                         limit="rgw", tags=("coredns_configure", "ceph_rgw_service"),
+                         skip_tags=("vllm_install",), check=True, diff=True,
+                         extra_vars_files=(Path("/tmp/x.json"),),
+                         vault_password_file=Path("/v/pw"), verbosity=2)
+    assert playbook_argv(request) == [
+        "ansible-playbook", "-i", "/i/lab", "/p/site.yml", "--limit", "rgw", "--tags",
+        "coredns_configure,ceph_rgw_service", "--skip-tags", "vllm_install", "--check",
+        "--diff", "-e", "@/tmp/x.json", "--vault-password-file", "/v/pw", "-vv"]
+
+
+def test_events_give_stats_failures_and_hide_secrets() -> None:
+    record = RunRecord()
+    record.consume({"event": "playbook_on_play_start", "event_data": {"play": "Storage"}})
+    record.consume({"event": "runner_on_failed", "event_data": {
+        "host": "lab1", "task": "Loop", "res": {"msg": "One or more items failed", "results": [
+            {"failed": True, "msg": "secret_key=abcdefghijklmnop broke"}, {"failed": False}]}}})
+    record.consume({"event": "runner_on_failed", "event_data": {
+        "host": "lab2", "task": "Keys", "res": {"_ansible_no_log": True, "msg": "x"}}})
+    record.consume({"event": "runner_on_ok", "event_data": {
+        "host": "lab1", "task": "Write", "res": {"changed": True}}})
+    record.consume({"event": "playbook_on_stats", "event_data": {
+        "ok": {"lab1": 3}, "changed": {"lab1": 1}, "failures": {"lab1": 1, "lab2": 1},
+        "dark": {}}})
+    assert record.hosts["lab1"].changed == 1 and record.hosts["lab2"].failed == 1
+    assert record.total_changed == 1 and record.changed_tasks == [("lab1", "Write")]
+    first, second = record.failed
+    assert "abcdefghijklmnop" not in first.message and "secret_key=********" in first.message
+    assert "hidden" in second.message
+
+
+def test_redact_masks_cephx_keys_and_known_values() -> None:
+    text = "key = AQBq4W1nAAAAABAAyqjM5zGQ0d2d2wNbqL2c+Q== and token: TOPSECRET123"
+    out = redact(text, ("TOPSECRET123",))
+    assert "AQBq4W1n" not in out and "TOPSECRET123" not in out
