@@ -29,6 +29,7 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     job = {"host": host_header, "bucket": s.deploykit_s3_bucket, "port": s.deploykit_s3_port,
            "region": s.deploykit_s3_region, "size": model.object_bytes, "objects": objects,
            "threads": threads, "access_key": bucket.credentials.access_key,
+           "addresses": sorted(h.address for h in site.group("rgw")),
            "secret_key": bucket.credentials.secret_key}
     client = site.group("vllm")[0] if site.group("vllm") else None
     argv = [sys.executable, "-m", "deploy_kit.bench.storage_worker"]
@@ -55,6 +56,7 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
             row["kv_tokens_per_s_restorable"] = int(row["gb_per_s"] * 1e9 /
                                                     model.bytes_per_token)
     result["object_bytes"] = model.object_bytes
+    result["name"] = host_header
     result["model"] = model.model
     result["measured_from"] = client.name if client else "controller"
     result["other_tools"] = {tool: ("installed; not run by deploykit yet" if shutil.which(tool)
@@ -62,7 +64,7 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     out.mkdir(parents=True, exist_ok=True)
     (out / "storage.json").write_text(json.dumps(result, indent=2) + "\n")
     groups = [[r["gb_per_s"] for r in result["results"]
-               if r.get("op") == op and r["threads"] == t]
+               if r.get("op") == op and r["threads"] == t and r["target"] == host_header]
               for op in ("PUT", "GET") for t in threads]
     (out / "storage.png").write_bytes(bar_chart(groups))
     result["files"] = [str(out / "storage.json"), str(out / "storage.png")]
@@ -77,8 +79,10 @@ def describe(result: dict[str, Any]) -> list[str]:
             lines.append(f"{r['client']:7} t={r['threads']:<3} error: {r['error']}")
             continue
         extra = (f" {r['kv_tokens_per_s_restorable']:,} KV tok/s" if r["op"] == "GET" else "")
+        where = "name" if r["target"] == result["name"] else r["target"]
         spread = ", ".join(f"{a}:{n}" for a, n in sorted(r.get("connections", {}).items()))
-        lines.append(f"{r['client']:7} t={r['threads']:<3} {r['op']:4} {r['gb_per_s']:6.3f} GB/s "
+        lines.append(f"{r['client']:7} {where:11} t={r['threads']:<3} {r['op']:4} "
+                     f"{r['gb_per_s']:6.3f} GB/s "
                      f"{r['ops_per_s']:7.1f} op/s p50 {r['p50_ms']:7.1f} ms p99 "
                      f"{r['p99_ms']:7.1f} ms{extra} conns[{spread}]")
     lines.append("other tools: " + ", ".join(f"{k} {v}" for k, v in

@@ -47,6 +47,7 @@ def run_crt(job: dict[str, Any], threads: int) -> list[dict[str, Any]]:
                          tls_mode=s3.S3RequestTlsMode.DISABLED, part_size=8 * MIB,
                          throughput_target_gbps=10.0)
     host = job["host"]
+    prefix = job.get("path_prefix", "")  # "/<bucket>" for path-style against one address
     payload = os.urandom(job["size"])
 
     def one(op: str, key: str) -> float:
@@ -59,7 +60,7 @@ def run_crt(job: dict[str, Any], threads: int) -> list[dict[str, Any]]:
             body = io.BytesIO(payload)
         start = time.perf_counter()
         request = client.make_request(
-            type=kind, request=http.HttpRequest(op, f"/{key}", headers, body),
+            type=kind, request=http.HttpRequest(op, f"{prefix}/{key}", headers, body),
             operation_name="HeadObject" if op == "HEAD" else None,
             on_body=(lambda chunk, offset, **kw: None) if op == "GET" else None)
         request.finished_future.result(300)
@@ -156,6 +157,18 @@ def main() -> None:
                 row.update(client=client_name, threads=threads, target=job["host"],
                            connections=spread)
             results.extend(rows)
+    for address in job.get("addresses", []):
+        # one gateway host alone, path-style: what a single address delivers
+        single = dict(job, host=f"{address}:{job['port']}", path_prefix=f"/{job['bucket']}",
+                      tag=f"awscrt-{address}")
+        threads = max(job["threads"])
+        try:
+            rows = run_crt(single, threads)
+        except Exception as exc:
+            rows = [{"op": "error", "error": f"{type(exc).__name__}: {exc}"}]
+        for row in rows:
+            row.update(client="awscrt", threads=threads, target=address, connections={})
+        results.extend(rows)
     print(json.dumps({"results": results,
                       "median_get_gbps": statistics.median(
                           [r["gb_per_s"] for r in results if r.get("op") == "GET"] or [0])}))

@@ -117,7 +117,7 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
        tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
        diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
        verbose: VerboseOpt = 0) -> None:
-    """Converge the site: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers."""
+    """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM."""
     _run_playbook("up", "site.yml", inventory, vault_password_file, limit, tags, skip_tags,
                   check, diff, extra_vars, print_command, verbose)
 

@@ -17,7 +17,11 @@ def test_bench_storage_compares_clients_and_spreads_over_gateways(converged: Lab
     converged.deploykit("bench", "storage", "-i", "lab", "--threads", "2", "--objects", "2",
                         "--out", str(out))
     result = json.loads((out / "storage.json").read_text())
-    rows = {(r["client"], r["op"]): r for r in result["results"]}
+    rows = {(r["client"], r["op"]): r for r in result["results"]
+            if r["target"] == result["name"]}
+    per_address = {r["target"] for r in result["results"] if r["target"] != result["name"]
+                   and r["op"] == "GET" and r["gb_per_s"] > 0}
+    assert per_address == {"10.99.0.11", "10.99.0.12"}
     for client in ("awscrt", "boto3"):
         for op in ("PUT", "GET", "HEAD"):
             assert rows[(client, op)]["count"] > 0 and rows[(client, op)]["ops_per_s"] > 0
