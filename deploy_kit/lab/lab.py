@@ -116,7 +116,8 @@ def down(report: Any = print) -> None:
         _kill(int(pid), name)
     _kill_strays()
     hosts.remove_bridge()
-    quiet(["umount", "-l", str(CEPH_DIR)]) if os.path.ismount(CEPH_DIR) else None
+    if os.path.ismount(CEPH_DIR):
+        quiet(["umount", "-l", str(CEPH_DIR)])
     shutil.rmtree(LAB_DIR, ignore_errors=True)
     shutil.rmtree(lab_inventory_dir(), ignore_errors=True)
     report("lab is down")
