@@ -94,10 +94,13 @@ def render_site(site: Site) -> Tree:
 def write_tree(tree: Tree, out: Path) -> int:
     """Write DIR/<host>/<absolute path>; returns the number of files written."""
     count = 0
+    made: set[Path] = set()  # most hosts share their directories' shape: mkdir once each
     for host, files in tree.items():
         for path, rendered in files.items():
             target = out / host / path.lstrip("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
             # create with the final mode so a secret is never briefly world-readable
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, rendered.mode)
             with os.fdopen(fd, "w") as handle:

@@ -69,8 +69,13 @@ def build_lmcache_config(c: HostConfig) -> dict[str, Any]:
     return cfg
 
 
+# libyaml's emitter when PyYAML has it: 10× faster than the pure-Python one, same output
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def dump_yaml(data: dict[str, Any]) -> str:
-    return f"# {HEADER}\n" + yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    return f"# {HEADER}\n" + yaml.dump(data, Dumper=_DUMPER, sort_keys=False,
+                                         default_flow_style=False)
 
 
 def render_lmcache_yaml(c: HostConfig) -> str:

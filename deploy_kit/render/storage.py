@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
-from deploy_kit.render.names import HEADER, rgw_instance_names
+from deploy_kit.render.lmcache import dump_yaml
+from deploy_kit.render.names import rgw_instance_names
 from deploy_kit.render.templating import render_template
 
 
@@ -60,7 +59,7 @@ def rgw_spec(site: Site) -> dict[str, Any]:
 
 
 def render_rgw_spec(site: Site) -> str:
-    return f"# {HEADER}\n" + yaml.safe_dump(rgw_spec(site), sort_keys=False)
+    return dump_yaml(rgw_spec(site))
 
 
 def render_pools_script(site: Site) -> str:
