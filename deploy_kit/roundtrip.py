@@ -60,14 +60,14 @@ def lab_venv(version: str) -> Path:
     return CACHE_DIR / f"lmcache-venv-{version}"
 
 
-def _run_driver(site: Site, host: Host, mode: str, seed: str | None) -> dict[str, object]:
+def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None
+                ) -> dict[str, object]:
     if host.geometry is None or host.geometry.mla:
         raise RoundTripError(f"{host.name}: the round trip needs a standard-attention model")
     g = host.geometry
     args = [mode, host.config.vllm_model, str(g.num_layers), str(g.num_kv_heads),
             str(g.head_dim), str(TOKENS)]
-    deployed = _read(host)
-    env = {k: v for k, v in deployed.env.items()}
+    env = dict(deployed.env)
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
     driver = (project_dir() / DRIVER).read_text()
@@ -123,10 +123,11 @@ def roundtrip(site: Site) -> list[Finding]:
         return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
                         "needs two serving hosts")]
     a, b = serving[0], serving[1]
-    stored = _run_driver(site, a, "store", None)
-    fetched = _run_driver(site, b, "fetch", None)
+    files_a, files_b = _read(a), _read(b)  # one SSH read per host for all three runs
+    stored = _run_driver(a, files_a, "store", None)
+    fetched = _run_driver(b, files_b, "fetch", None)
     seed = b.config.vllm_python_hash_seed
-    other = _run_driver(site, b, "fetch", str(seed + 1))
+    other = _run_driver(b, files_b, "fetch", str(seed + 1))
     keys = [str(k) for k in stored.get("keys", [])]  # type: ignore[attr-defined]
     findings = []
     identical = fetched.get("identical", [])
