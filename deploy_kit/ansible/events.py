@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 _SECRETISH = re.compile(
@@ -55,10 +56,36 @@ class RunRecord:
     changed_tasks: list[tuple[str, str]] = field(default_factory=list)
     current_play: str = ""
     current_task: str = ""
+    # Wall seconds from one task's start to the next, summed per task name: where a run's
+    # time goes (all hosts of a task run in parallel, so this is what a rerun waits on).
+    task_seconds: dict[str, float] = field(default_factory=dict)
+    _task_started: tuple[str, datetime] | None = None
+
+    def _clock(self, event: dict[str, Any], kind: str) -> None:
+        try:
+            now = datetime.fromisoformat(str(event.get("created", "")))
+        except ValueError:
+            return
+        if self._task_started is not None:
+            name, started = self._task_started
+            elapsed = (now - started).total_seconds()
+            self.task_seconds[name] = round(self.task_seconds.get(name, 0.0) + elapsed, 3)
+            self._task_started = None
+        if kind == "playbook_on_task_start":
+            data = event.get("event_data", {}) or {}
+            role = data.get("role")
+            name = f"{role} : {data.get('task', '')}" if role else str(data.get("task", ""))
+            self._task_started = (name, now)
+
+    def slowest(self, count: int = 15) -> list[tuple[str, float]]:
+        return sorted(self.task_seconds.items(), key=lambda kv: -kv[1])[:count]
 
     def consume(self, event: dict[str, Any]) -> None:
         kind = event.get("event", "")
         data = event.get("event_data", {}) or {}
+        if kind in ("playbook_on_task_start", "playbook_on_play_start", "playbook_on_stats",
+                    "playbook_on_handler_task_start"):
+            self._clock(event, "playbook_on_task_start" if kind.endswith("task_start") else kind)
         if kind == "playbook_on_play_start":
             self.current_play = str(data.get("play", ""))
         elif kind == "playbook_on_task_start":

@@ -28,13 +28,19 @@ def runs_dir() -> Path:
     return project_dir() / "runs"
 
 
-def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path, int]:
+def new_record_dir(verb: str) -> Path:
+    """runs/<time>-<verb>/, private to root: it holds the rendered site of this run."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    record_dir = runs_dir() / f"{stamp}-{verb}"
+    record_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return record_dir
+
+
+def run_playbook(request: RunRequest, console: Console,
+                 record_dir: Path) -> tuple[RunRecord, Path, int]:
     """Run one playbook; returns the record and the run directory (summary.json inside)."""
     import ansible_runner
 
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    record_dir = runs_dir() / f"{stamp}-{request.verb}"
-    record_dir.mkdir(parents=True, exist_ok=True)
     record = RunRecord()
     log = (record_dir / "ansible.log").open("w")
     started = time.monotonic()
@@ -78,6 +84,7 @@ def run_playbook(request: RunRequest, console: Console) -> tuple[RunRecord, Path
         "changed": record.total_changed,
         "changed_tasks": [{"host": h, "task": t} for h, t in record.changed_tasks],
         "failed": [asdict(f) for f in record.failed],
+        "slowest_tasks": [{"task": t, "seconds": s} for t, s in record.slowest()],
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return record, record_dir, int(result.rc or 0)

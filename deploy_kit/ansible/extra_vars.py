@@ -1,0 +1,51 @@
+"""`-e @file` for up/down: Ansible knobs pass, deploykit settings are refused.
+
+The roles copy files rendered before Ansible starts, so an extra var that names a deploykit
+setting could change a role's branch but never the files it installs. Refusing it keeps one
+source of truth (the inventory) and says where the value belongs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deploy_kit.config.models import OWNED_PREFIXES
+from deploy_kit.errors import InventoryError, Problem
+
+# Set by deploykit itself, never by an inventory.
+RUN_VARS = frozenset({"deploykit_render_dir", "deploykit_destroy_data"})
+MAX_VARS_FILE = 4 << 20
+
+
+def owned_keys(data: Any) -> list[str]:
+    if not isinstance(data, dict):
+        return []
+    return sorted(str(k) for k in data
+                  if str(k).startswith(OWNED_PREFIXES) and str(k) not in RUN_VARS)
+
+
+def check_extra_vars(paths: tuple[Path, ...]) -> None:
+    """Exit 3 (nothing contacted) when a vars file sets a deploykit setting or is unreadable."""
+    problems: list[Problem] = []
+    for path in paths:
+        try:
+            if path.stat().st_size > MAX_VARS_FILE:
+                raise ValueError(f"larger than {MAX_VARS_FILE >> 20} MiB")
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            reason = f"cannot read: {exc}".splitlines()[0]
+            problems.append(Problem(str(path), "--extra-vars", reason,
+                                    "pass a readable YAML or JSON mapping"))
+            continue
+        if data is not None and not isinstance(data, dict):
+            problems.append(Problem(str(path), "--extra-vars", "is not a mapping",
+                                    "write `key: value` lines"))
+        for key in owned_keys(data):
+            problems.append(Problem(
+                str(path), key, "is a deploykit setting; -e cannot reach the rendered files",
+                "set it in the inventory (group_vars/ or host_vars/) and rerun"))
+    if problems:
+        raise InventoryError(problems)

@@ -1,0 +1,76 @@
+"""cache stats|purge: the LMCache objects in the bucket."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from deploy_kit.cli.options import InventoryOpt, ModelOpt, VaultOpt
+from deploy_kit.console import console
+from deploy_kit.errors import DeployKitError
+
+cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
+
+
+@cache_app.command("stats")
+def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
+                as_json: Annotated[bool, typer.Option("--json")] = False,
+                vault_password_file: VaultOpt = None) -> None:
+    """Count, bytes and age of cache objects per model / TP×PP / dtype."""
+    from deploy_kit.cache.keys import aggregate, model_prefix
+    from deploy_kit.cache.store import list_objects, open_bucket
+    from deploy_kit.config.open import open_site
+    from deploy_kit.console import human_bytes
+
+    bucket = open_bucket(open_site(inventory, vault_password_file))
+    groups, foreign = aggregate(list_objects(bucket, model_prefix(model) if model else ""))
+    rows = [{"model": g.model, "world_size": g.world_size, "dtype": g.dtype,
+             "objects": g.objects, "chunks": len(g.chunks), "bytes": g.bytes,
+             "oldest": g.oldest.isoformat() if g.oldest else None,
+             "newest": g.newest.isoformat() if g.newest else None} for g in groups]
+    if as_json:
+        sys.stdout.write(json.dumps({"groups": rows, "other_objects": len(foreign)}, indent=2)
+                         + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"s3://{bucket.host}", title_justify="left")
+    for col in ("model", "TP×PP", "dtype", "objects", "chunks", "bytes", "oldest", "newest"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(str(r["model"]), str(r["world_size"]), str(r["dtype"]), str(r["objects"]),
+                      str(r["chunks"]), human_bytes(int(str(r["bytes"]))),
+                      str(r["oldest"])[:19], str(r["newest"])[:19])
+    console.print(table)
+    if foreign:
+        console.print(f"{len(foreign)} object(s) not named like LMCache chunks")
+
+
+@cache_app.command("purge")
+def cache_purge(inventory: InventoryOpt,
+                model: Annotated[str, typer.Option("--model", help="model string as served")],
+                yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
+                vault_password_file: VaultOpt = None) -> None:
+    """Delete every cache object of one model (e.g. between TTFT runs)."""
+    from deploy_kit.cache.keys import model_prefix
+    from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
+    from deploy_kit.config.open import open_site
+
+    bucket = open_bucket(open_site(inventory, vault_password_file))
+    objects = list_objects(bucket, model_prefix(model))
+    if not objects:
+        console.print(f"no cache objects for {model}")
+        return
+    total = sum(o.size for o in objects)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise typer.BadParameter("refusing to delete without a terminal; pass --yes",
+                                     param_hint="--yes")
+        typer.confirm(f"delete {len(objects)} objects ({total:,} B) of {model}?", abort=True)
+    deleted = delete_objects(bucket, [o.key for o in objects])
+    console.print(f"deleted {deleted} of {len(objects)} objects of {model}")
+    if deleted != len(objects):
+        raise DeployKitError(f"{len(objects) - deleted} objects could not be deleted")

@@ -1,0 +1,56 @@
+"""plan, render, validate: the inventory alone, no host contacted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from deploy_kit.cli.options import InventoryOpt, VaultOpt
+from deploy_kit.console import console
+
+
+def plan(inventory: InventoryOpt,
+         as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+         vault_password_file: VaultOpt = None) -> None:
+    """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
+    from deploy_kit.cli.plan_view import show_plan
+    from deploy_kit.config.open import open_site
+    from deploy_kit.plan.plan import build_plan
+
+    result = build_plan(open_site(inventory, vault_password_file))
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        show_plan(result, console)
+
+
+def render(inventory: InventoryOpt,
+           out: Annotated[Path, typer.Option("--out", "-o", help="output directory")],
+           vault_password_file: VaultOpt = None,
+           for_roles: Annotated[bool, typer.Option(
+               "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False
+           ) -> None:
+    """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster)."""
+    from deploy_kit.config.open import open_site
+    from deploy_kit.render.files import render_site, write_tree
+    from deploy_kit.render.rundir import role_tree, with_settings
+
+    site = open_site(inventory, vault_password_file)
+    tree = role_tree(site) if for_roles else with_settings(site, render_site(site))
+    count = write_tree(tree, out)
+    console.print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
+    if site.secrets_locked and not for_roles:
+        console.print("[yellow]note:[/] vault is encrypted and no password was given: "
+                      "credentials files hold <vault:…> markers")
+
+
+def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+    """Check the inventory only (every problem at once; exit 3 when any)."""
+    from deploy_kit.config.open import open_site
+
+    site = open_site(inventory, vault_password_file)
+    console.print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")

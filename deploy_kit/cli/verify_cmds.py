@@ -1,0 +1,81 @@
+"""verify and doctor: observe the deployed tier, judge it with pure checks."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
+from deploy_kit.console import console
+from deploy_kit.errors import VerifyFailed
+
+
+def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | None,
+            as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
+            roundtrip: bool = False) -> None:
+    import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+    from deploy_kit.config.open import open_site
+    from deploy_kit.verify import report
+    from deploy_kit.verify.gather import gather
+    from deploy_kit.verify.model import evaluate
+
+    site = open_site(site_name, vault_password_file)
+    if limit:
+        site = site.limit({n for n in site.hosts if n in limit.split(",")} |
+                          {h.name for h in site.hosts.values()
+                           if not h.groups & {"vllm"}})
+    with console.status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
+        observation = gather(site)
+    findings = evaluate(observation, only)
+    if roundtrip:
+        from deploy_kit.roundtrip import roundtrip as run_roundtrip
+
+        with console.status("LMCache round trip between two serving hosts…"):
+            findings += run_roundtrip(site)
+    for error in observation.probe_errors:
+        console.print(f"[yellow]probe:[/] {escape(error)}")
+    if as_json:
+        sys.stdout.write(report.to_json(findings))
+    else:
+        report.show(findings, console, verbose)
+    if junit:
+        report.write_junit(findings, junit)
+    if report.failed(findings):
+        raise VerifyFailed(f"{len(report.failed(findings))} check(s) failed")
+
+
+def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
+           check: Annotated[list[str] | None, typer.Option(
+               "--check", help="only these check ids")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
+           junit: Annotated[Path | None, typer.Option("--junit", help="JUnit XML file")] = None,
+           verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show passes")] = False,
+           limit: LimitOpt = None,
+           roundtrip: Annotated[bool, typer.Option(
+               "--roundtrip", help="store a KV chunk with LMCache on one serving host and "
+                                   "read it on another")] = False) -> None:
+    """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
+    _verify(inventory, vault_password_file, set(check) if check else None, as_json, junit,
+            verbose, limit, roundtrip)
+
+
+def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom")],
+           inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+    """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
+    it, and run those."""
+    from deploy_kit.verify.doctor import diagnose
+
+    matches = diagnose(symptom)
+    if not matches:
+        console.print("no known failure matches; running every check")
+        _verify(inventory, vault_password_file, None, False, None, False, None)
+        return
+    ids: set[str] = set()
+    for why, checks in matches:
+        console.print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
+        ids.update(checks)
+    _verify(inventory, vault_password_file, ids, False, None, True, None)

@@ -1,0 +1,86 @@
+"""The tree a run hands the playbooks: complete, secret-free, and `-e` cannot bypass it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy_kit.ansible.extra_vars import check_extra_vars
+from deploy_kit.config.open import open_site
+from deploy_kit.errors import InventoryError
+from deploy_kit.render.files import render_site
+from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
+from tests.conftest import REPO
+
+
+def test_role_tree_is_render_without_secrets_plus_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DK_GOLDEN_ACCESS", "GOLDENACCESSKEY")
+    monkeypatch.setenv("DK_GOLDEN_SECRET", "golden-secret-not-real")
+    site = open_site(str(REPO / "tests" / "golden" / "packages-static" / "inventory"))
+    full = render_site(site)
+    tree = role_tree(site)
+    for host, files in full.items():
+        for path, rendered in files.items():
+            if rendered.secret:
+                assert path not in tree[host], f"{host}{path} holds a secret"
+            else:
+                assert tree[host][path].content == rendered.content
+    for name in site.hosts:
+        settings = json.loads(tree[name][SETTINGS_PATH].content)
+        assert "deploykit_s3_secret_key" not in settings
+        assert settings["derived"]["files"] == sorted(
+            p for p, f in full[name].items() if not f.secret)
+    facts = json.loads(tree["_cluster"][SITE_PATH].content)
+    assert set(facts) == {"ceph", "lifecycle"}
+
+
+def test_written_run_tree_has_no_key_anywhere(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "golden-secret-not-real"
+    monkeypatch.setenv("DK_GOLDEN_ACCESS", "GOLDENACCESSKEY")
+    monkeypatch.setenv("DK_GOLDEN_SECRET", secret)
+    cases = [p / "inventory" for p in (REPO / "tests" / "golden").iterdir()
+             if (p / "inventory").is_dir()]
+    for case in cases:
+        out = tmp_path / case.parent.name
+        assert write_run_tree(open_site(str(case)), out) > 0
+        for path in out.rglob("*"):
+            if path.is_file():
+                assert secret not in path.read_text(), path
+
+
+@pytest.mark.parametrize("content, bad", [
+    ("lmcache_chunk_size: 512\nansible_user: root\n", "lmcache_chunk_size"),
+    ('{"vllm_port": 9000}', "vllm_port"),
+    ("- a\n- b\n", "--extra-vars"),
+    ("key: [unclosed\n", "--extra-vars"),
+])
+def test_extra_vars_naming_a_setting_are_refused(tmp_path: Path, content: str, bad: str) -> None:
+    path = tmp_path / "vars.yml"
+    path.write_text(content)
+    with pytest.raises(InventoryError) as caught:
+        check_extra_vars((path,))
+    assert caught.value.problems[0].key == bad
+    assert str(path) in str(caught.value)
+
+
+def test_ansible_knobs_and_run_vars_pass(tmp_path: Path) -> None:
+    path = tmp_path / "vars.yml"
+    path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n"
+                    "deploykit_render_dir: /tmp/x\n")
+    check_extra_vars((path,))
+
+
+def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> None:
+    path = tmp_path / "vars.yml"
+    path.write_text("lmcache_chunk_size: 512\n")
+    result = subprocess.run([sys.executable, "-m", "deploy_kit", "up", "-i", "example",
+                             "-e", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 3, result.stderr
+    assert "lmcache_chunk_size" in result.stderr and "group_vars" in result.stderr
+    assert "Traceback" not in result.stderr

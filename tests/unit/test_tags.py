@@ -1,0 +1,75 @@
+"""Phase tags select exactly their tasks; skipping a preflight leaves the roles working.
+
+`ansible-playbook --list-tasks` against the example inventory and a rendered tree: static
+imports carry their tags to every task, so the listing is what a run would execute.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+TASK_LINE = re.compile(r"^\s+(?P<role>\w+) : (?P<name>.+?)\s+TAGS: \[(?P<tags>[^\]]*)\]$")
+SETTINGS_TASK = "Load the settings deploykit rendered for this host"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("rendered")
+    subprocess.run([sys.executable, "-m", "deploy_kit", "render", "--for-roles", "-i",
+                    "example", "-o", str(out)], check=True, capture_output=True, cwd=REPO)
+    return out
+
+
+def listed(rendered: Path, *flags: str) -> list[tuple[str, str, set[str]]]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "inventory" / "example"),
+         str(REPO / "playbooks" / "site.yml"), "--list-tasks",
+         "-e", f"deploykit_render_dir={rendered}", *flags],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    tasks = []
+    for line in result.stdout.splitlines():
+        match = TASK_LINE.match(line)
+        if match:
+            tags = {t.strip() for t in match["tags"].split(",") if t.strip()}
+            tasks.append((match["role"], match["name"], tags))
+    return tasks
+
+
+@pytest.mark.parametrize("tag", ["ceph_rgw_configure", "coredns_configure", "vllm_service",
+                                 "lmcache_install", "consul_install", "ceph_rgw_s3_configure"])
+def test_a_phase_tag_lists_only_that_phase(rendered: Path, tag: str) -> None:
+    role = tag.rsplit("_", 1)[0]
+    tasks = listed(rendered, "--tags", tag)
+    phase = [t for t in tasks if tag in t[2]]
+    assert phase, f"--tags {tag} selects no task"
+    assert all(tag in tags or "always" in tags for _, _, tags in tasks)
+    assert {r for r, _, tags in tasks if "always" not in tags} == {role}
+    assert (role, SETTINGS_TASK, {"always"}) in tasks, "the role would run without settings"
+
+
+@pytest.mark.parametrize("role", ["ceph_rgw", "ceph_rgw_pools", "lmcache"])
+def test_skipping_a_preflight_keeps_settings_and_the_other_phases(rendered: Path,
+                                                                  role: str) -> None:
+    everything = listed(rendered)
+    skipped = listed(rendered, "--skip-tags", f"{role}_preflight")
+    preflight = [t for t in everything if f"{role}_preflight" in t[2]]
+    assert preflight, f"{role} has no preflight tasks"
+    assert not [t for t in skipped if f"{role}_preflight" in t[2]]
+    assert (role, SETTINGS_TASK, {"always"}) in skipped
+    assert len(skipped) == len(everything) - len(preflight)
+
+
+def test_preflight_runs_with_any_phase_tag(rendered: Path) -> None:
+    tasks = listed(rendered, "--tags", "lmcache_configure")
+    assert [t for t in tasks if "lmcache_preflight" in t[2]], "checks skipped by a phase tag"
