@@ -11,21 +11,16 @@ the host's deployed files: the host's network, DNS, config, credentials and seed
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import shutil
-import subprocess
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
-from deploy_kit.lab.layout import CACHE_DIR
 from deploy_kit.project import project_dir
 from deploy_kit.render import names
+from deploy_kit.transport.ssh import run_on
 from deploy_kit.verify.model import Finding, Status
-from deploy_kit.verify.probes.ssh import run_on
 
 DRIVER = "tools/lmcache_roundtrip.py"
 TOKENS = 512  # two 256-token chunks
@@ -47,7 +42,7 @@ def _read(host: Host) -> HostFiles:
     paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
                        [names.vllm_env_path(c), *paths, "/etc/resolv.conf"])
-    from deploy_kit.verify.probes.ssh import sections
+    from deploy_kit.transport.ssh import sections
 
     found = sections(run_on(host, script))
     env = dict(line.split("=", 1) for line in found.get(names.vllm_env_path(c), "").splitlines()
@@ -56,12 +51,13 @@ def _read(host: Host) -> HostFiles:
                      resolv=found.get("/etc/resolv.conf", ""))
 
 
-def lab_venv(version: str) -> Path:
-    return CACHE_DIR / f"lmcache-venv-{version}"
+# A local way to run the driver for a host (the lab: inside the host's network namespace),
+# or None to run it on the host over SSH. Passed in so this module never imports the lab.
+LocalDriver = Callable[[Host, HostFiles, dict[str, str], str, list[str]], str | None]
 
 
-def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None
-                ) -> dict[str, object]:
+def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
+                local: LocalDriver | None) -> dict[str, object]:
     if host.geometry is None or host.geometry.mla:
         raise RoundTripError(f"{host.name}: the round trip needs a standard-attention model")
     g = host.geometry
@@ -71,11 +67,8 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
     driver = (project_dir() / DRIVER).read_text()
-    venv = lab_venv(host.config.lmcache_version)
-    netns = f"dklab-{host.name}"
-    if Path(f"/run/netns/{netns}").exists() and (venv / "bin" / "python").exists():
-        output = _run_in_netns(netns, venv, deployed, env, driver, args)
-    else:
+    output = local(host, deployed, env, driver, args) if local else None
+    if output is None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         python = f"{shlex.quote(host.config.vllm_venv)}/bin/python"
         output = run_on(host, f"cat > /tmp/dk-roundtrip.py <<'DKEOF'\n{driver}\nDKEOF\n"
@@ -89,45 +82,17 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None
     return result
 
 
-def _run_in_netns(netns: str, venv: Path, deployed: HostFiles, env: dict[str, str],
-                  driver: str, args: list[str]) -> str:
-    etc = Path("/etc/netns") / netns
-    etc.mkdir(parents=True, exist_ok=True)
-    (etc / "resolv.conf").write_text(deployed.resolv)  # `ip netns exec` binds it in
-    work = Path(tempfile.mkdtemp(prefix="dk-roundtrip-"))
-    os.chmod(work, 0o700)
-    try:
-        for path, content in deployed.files.items():
-            local = work / path.lstrip("/")
-            local.parent.mkdir(parents=True, exist_ok=True)
-            local.write_text(content)
-            local.chmod(0o600)
-        for key in ("LMCACHE_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
-            if key in env:
-                env[key] = str(work / env[key].lstrip("/"))
-        (work / "driver.py").write_text(driver)
-        result = subprocess.run(
-            ["ip", "netns", "exec", netns, str(venv / "bin" / "python"), str(work / "driver.py"),
-             *args], env={"PATH": "/usr/bin:/bin", "HOME": str(work),
-                          "VLLM_TARGET_DEVICE": "cpu", **env},
-            capture_output=True, text=True, timeout=600)
-        return result.stdout + ("\n" + result.stderr[-2000:] if result.returncode else "")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(etc, ignore_errors=True)
-
-
-def roundtrip(site: Site) -> list[Finding]:
+def roundtrip(site: Site, local: LocalDriver | None = None) -> list[Finding]:
     serving = site.group("vllm")
     if len(serving) < 2:
         return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
                         "needs two serving hosts")]
     a, b = serving[0], serving[1]
     files_a, files_b = _read(a), _read(b)  # one SSH read per host for all three runs
-    stored = _run_driver(a, files_a, "store", None)
-    fetched = _run_driver(b, files_b, "fetch", None)
+    stored = _run_driver(a, files_a, "store", None, local)
+    fetched = _run_driver(b, files_b, "fetch", None, local)
     seed = b.config.vllm_python_hash_seed
-    other = _run_driver(b, files_b, "fetch", str(seed + 1))
+    other = _run_driver(b, files_b, "fetch", str(seed + 1), local)
     keys = [str(k) for k in stored.get("keys", [])]  # type: ignore[attr-defined]
     findings = []
     identical = fetched.get("identical", [])

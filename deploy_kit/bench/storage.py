@@ -15,7 +15,7 @@ from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.plan.plan import build_plan
-from deploy_kit.verify.probes.ssh import run_on
+from deploy_kit.transport.ssh import run_on
 
 
 def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from datetime import datetime
 from deploy_kit.cache.keys import StoredObject
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
-from deploy_kit.verify.probes.sigv4 import Credentials, request
-from deploy_kit.verify.probes.ssh import run_on
+from deploy_kit.transport.sigv4 import Credentials, request
+from deploy_kit.transport.ssh import run_on
 
 
 class CacheError(DeployKitError):

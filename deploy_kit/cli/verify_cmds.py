@@ -32,10 +32,11 @@ def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | N
         observation = gather(site)
     findings = evaluate(observation, only)
     if roundtrip:
+        from deploy_kit.lab.roundtrip_driver import run_in_lab_netns
         from deploy_kit.roundtrip import roundtrip as run_roundtrip
 
         with console.status("LMCache round trip between two serving hosts…"):
-            findings += run_roundtrip(site)
+            findings += run_roundtrip(site, run_in_lab_netns)
     for error in observation.probe_errors:
         console.print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:

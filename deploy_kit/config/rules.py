@@ -12,7 +12,7 @@ from typing import Any
 from deploy_kit import compat
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import Problem
-from deploy_kit.plan.geometry import chunk_layout, kv_dtype_bytes
+from deploy_kit.geometry import chunk_layout, kv_dtype_bytes
 
 Rule = Callable[[Site], Iterator[Problem]]
 RULES: list[Rule] = []

@@ -14,7 +14,7 @@ from deploy_kit import compat
 from deploy_kit.config.load import RawInventory, is_reference, resolve_reference
 from deploy_kit.config.models import OWNED_PREFIXES, SECRET_KEYS, HostConfig, known_keys
 from deploy_kit.errors import Problem
-from deploy_kit.plan.geometry import ModelGeometry, find_preset, from_hf_config
+from deploy_kit.geometry import ModelGeometry, find_preset, from_hf_config
 
 GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")
 CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deploy_kit import compat
+from deploy_kit import compat, sizing
 from deploy_kit.config.site import Host, Site
-from deploy_kit.plan import sizing
-from deploy_kit.plan.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
+from deploy_kit.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
 from deploy_kit.render.names import remote_url
 
 PLAN_SCHEMA = 1

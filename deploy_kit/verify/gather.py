@@ -7,9 +7,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from deploy_kit.config.site import Site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.storage import lifecycle_rules
+from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import Observation, S3Probe
 from deploy_kit.verify.probes import ceph_probe, dns_probe, http_probe, s3_probe, serving_probe
-from deploy_kit.verify.probes.sigv4 import Credentials
 
 MIB = 1024 * 1024
 

@@ -8,10 +8,10 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
+from deploy_kit.transport.sigv4 import Credentials, signed_headers
 from deploy_kit.verify.doctor import diagnose
 from deploy_kit.verify.probes.s3_probe import parse_lifecycle
 from deploy_kit.verify.probes.serving_probe import exec_argv
-from deploy_kit.verify.probes.sigv4 import Credentials, signed_headers
 
 
 def test_sigv4_matches_botocore(monkeypatch) -> None:  # type: ignore[no-untyped-def]

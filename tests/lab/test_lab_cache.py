@@ -11,7 +11,7 @@ import pytest
 
 from deploy_kit.cache.store import open_bucket
 from deploy_kit.config.open import open_site
-from deploy_kit.verify.probes.sigv4 import request
+from deploy_kit.transport.sigv4 import request
 from tests.conftest import REPO
 from tests.lab.conftest import Lab
 

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from deploy_kit.config.site import Host
-from deploy_kit.verify.probes.ssh import run_on, sections
+from deploy_kit.transport.ssh import run_on, sections
 
 CephState = tuple[list[dict[str, Any]] | None, int | None, str | None, str | None]
 

@@ -9,8 +9,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from deploy_kit.transport.sigv4 import Credentials, request
 from deploy_kit.verify.model import S3Probe
-from deploy_kit.verify.probes.sigv4 import Credentials, request
 
 OBJECT_PREFIX = "/deploykit-verify-probe"
 

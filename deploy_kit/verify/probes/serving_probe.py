@@ -9,8 +9,8 @@ import yaml
 
 from deploy_kit.config.site import Host
 from deploy_kit.render import names
+from deploy_kit.transport.ssh import run_on, sections
 from deploy_kit.verify.model import ServingHost
-from deploy_kit.verify.probes.ssh import run_on, sections
 
 VERSIONS_PY = ("import importlib.metadata as m\n"
                "for d in ('lmcache', 'vllm', 'nixl', 'torch'):\n"
