@@ -38,10 +38,11 @@ def graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             for target in targets:
-                if target.startswith("deploy_kit.") and unit(target) != unit(module):
-                    if (PACKAGE.joinpath(*target.split(".")[1:]).with_suffix(".py").exists()
-                            or PACKAGE.joinpath(*target.split(".")[1:]).is_dir()):
-                        edges[unit(module)].add(unit(target))
+                inside = PACKAGE.joinpath(*target.split(".")[1:])
+                is_module = inside.with_suffix(".py").exists() or inside.is_dir()
+                if target.startswith("deploy_kit.") and unit(target) != unit(module) \
+                        and is_module:
+                    edges[unit(module)].add(unit(target))
     return edges
 
 
