@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DK     := $(BIN)/deploykit
 
-.PHONY: install test unit lab-test lint golden lab lab-down bench clean plan-example
+.PHONY: install test unit lab-test lint golden lab lab-down bench clean plan-example dist ee-context
 
 install: $(DK)
 
@@ -41,11 +41,22 @@ golden: install
 bench: install
 	$(BIN)/python bench/plan_render.py
 	$(BIN)/python bench/lab.py
+	$(BIN)/python bench/rerun.py
 	$(DK) bench storage --inventory lab
+
+## The wheel (roles, playbooks, templates inside) and the Ansible collection, in dist/.
+dist: install
+	rm -rf dist && $(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
+	$(BIN)/ansible-galaxy collection build --force --output-path dist .
+
+## The build context for an AWX/AAP execution environment (then: ansible-builder build).
+ee-context: dist
+	$(BIN)/ansible-builder create -f execution-environment.yml --context context \
+	  --output-filename Containerfile
 
 plan-example: install
 	$(DK) plan -i example
 	$(DK) render -i example -o out/example
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist context *.egg-info

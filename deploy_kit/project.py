@@ -1,4 +1,4 @@
-"""Locate the project's content (templates, playbooks, roles, inventories)."""
+"""Locate the project's content (templates, playbooks, roles, inventories) and run records."""
 
 from __future__ import annotations
 
@@ -6,15 +6,42 @@ import os
 from functools import cache
 from pathlib import Path
 
+PACKAGE = Path(__file__).resolve().parent
+CHECKOUT = PACKAGE.parent
+BUNDLED = PACKAGE / "_content"  # what a wheel carries (see setup.py)
+
+
+def is_checkout() -> bool:
+    return (CHECKOUT / "playbooks" / "site.yml").is_file()
+
 
 @cache
 def project_dir() -> Path:
-    """DEPLOYKIT_PROJECT_DIR, else the checkout this package was imported from."""
+    """DEPLOYKIT_PROJECT_DIR, else the checkout this package was imported from, else the
+    content bundled in the installed wheel."""
     env = os.environ.get("DEPLOYKIT_PROJECT_DIR")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parent.parent
+    if is_checkout() or not BUNDLED.is_dir():
+        return CHECKOUT
+    return BUNDLED
+
+
+def runs_root() -> Path:
+    """Run records: the checkout's runs/, or ./runs where deploykit is installed as a wheel
+    (never inside site-packages)."""
+    env = os.environ.get("DEPLOYKIT_RUNS_DIR")
+    if env:
+        return Path(env).resolve()
+    return project_dir() / "runs" if project_dir() != BUNDLED else Path.cwd() / "runs"
 
 
 def templates_dir() -> Path:
     return project_dir() / "templates"
+
+
+def roles_dir() -> Path:
+    """The roles: the checkout's roles/, or the collection copy a wheel carries."""
+    bundled = project_dir() / "collections" / "ansible_collections" / "deploykit" / "kvcache"
+    return bundled / "roles" if (bundled / "roles").is_dir() and project_dir() == BUNDLED \
+        else project_dir() / "roles"

@@ -17,6 +17,8 @@ from deploy_kit.errors import InventoryError, Problem
 
 # Set by deploykit itself, never by an inventory.
 RUN_VARS = frozenset({"deploykit_render_dir", "deploykit_destroy_data"})
+# vllm_serial is a setting but also the one the CLI passes as a run var; still refused in -e:
+# set it in the inventory, where `plan` sees it too.
 MAX_VARS_FILE = 4 << 20
 
 

@@ -19,13 +19,13 @@ from rich.table import Table
 from deploy_kit.ansible.command import RunRequest, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
 from deploy_kit.errors import AnsibleFailed, HostsUnreachable
-from deploy_kit.project import project_dir
+from deploy_kit.project import project_dir, runs_root
 
 SUMMARY_SCHEMA = 1
 
 
 def runs_dir() -> Path:
-    return project_dir() / "runs"
+    return runs_root()
 
 
 def new_record_dir(verb: str) -> Path:
@@ -85,6 +85,7 @@ def run_playbook(request: RunRequest, console: Console,
         "changed_tasks": [{"host": h, "task": t} for h, t in record.changed_tasks],
         "failed": [asdict(f) for f in record.failed],
         "slowest_tasks": [{"task": t, "seconds": s} for t, s in record.slowest()],
+        "task_seconds": record.task_seconds,
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return record, record_dir, int(result.rc or 0)

@@ -24,7 +24,16 @@ from deploy_kit.cli.options import (
     VaultOpt,
     VerboseOpt,
 )
+from deploy_kit.config.site import Site
 from deploy_kit.console import console
+
+
+def playbook_vars(site: Site, rendered: Path) -> dict[str, object]:
+    """What the playbooks need before any host var exists: where the tree is, and the
+    rolling batch size (`serial:` is templated per play, where group_vars are not yet seen)."""
+    serving = site.group("vllm")
+    serial = min((h.config.vllm_serial for h in serving), default=1)
+    return {"deploykit_render_dir": str(rendered), "vllm_serial": serial}
 
 
 def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
@@ -57,7 +66,7 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
     rendered = record_dir / "rendered"
     write_run_tree(site, rendered)
     run_vars = record_dir / "run-vars.json"
-    run_vars.write_text(json.dumps({"deploykit_render_dir": str(rendered)}) + "\n")
+    run_vars.write_text(json.dumps(playbook_vars(site, rendered)) + "\n")
     request = replace(request, extra_vars_files=(*request.extra_vars_files, run_vars))
     console.print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                   + (" [yellow]check mode[/]" if options.check else ""))

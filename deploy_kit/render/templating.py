@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from deploy_kit.project import project_dir, templates_dir
+from deploy_kit.project import roles_dir, templates_dir
 from deploy_kit.render.names import HEADER
 
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -28,7 +28,7 @@ def environment() -> jinja2.Environment:
         # A role's own template (the secret-bearing credentials file, which the role fills
         # with keys only Ansible holds) is searched second, so one file serves both.
         loader=jinja2.FileSystemLoader([str(templates_dir()),
-                                        str(project_dir() / "roles" / "lmcache" / "templates")]),
+                                        str(roles_dir() / "lmcache" / "templates")]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -40,3 +40,17 @@ def test_redact_masks_cephx_keys_and_known_values() -> None:
     text = "key = AQBq4W1nAAAAABAAyqjM5zGQ0d2d2wNbqL2c+Q== and token: TOPSECRET123"
     out = redact(text, ("TOPSECRET123",))
     assert "AQBq4W1n" not in out and "TOPSECRET123" not in out
+
+
+def test_task_wall_time_is_summed_per_task_name() -> None:
+    record = RunRecord()
+    events = [("playbook_on_play_start", "00.0", {}),
+              ("playbook_on_task_start", "01.0", {"task": "Write", "role": "coredns"}),
+              ("playbook_on_task_start", "03.5", {"task": "Start"}),
+              ("playbook_on_task_start", "04.0", {"task": "Write", "role": "coredns"}),
+              ("playbook_on_stats", "05.0", {})]
+    for kind, second, data in events:
+        record.consume({"event": kind, "created": f"2026-12-03T07:00:{second}",
+                        "event_data": data})
+    assert record.task_seconds == {"coredns : Write": 3.5, "Start": 0.5}
+    assert record.slowest(1) == [("coredns : Write", 3.5)]

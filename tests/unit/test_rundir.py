@@ -14,7 +14,7 @@ from deploy_kit.config.open import open_site
 from deploy_kit.errors import InventoryError
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
-from tests.conftest import REPO
+from tests.conftest import REPO, InventoryFactory
 
 
 def test_role_tree_is_render_without_secrets_plus_settings(
@@ -84,3 +84,12 @@ def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> N
     assert result.returncode == 3, result.stderr
     assert "lmcache_chunk_size" in result.stderr and "group_vars" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_playbooks_get_the_inventory_serial_as_a_run_var(
+        tmp_path: Path, make_inventory: InventoryFactory) -> None:
+    from deploy_kit.cli.converge_cmds import playbook_vars
+
+    site = open_site(str(make_inventory(vllm={"vllm_serial": 3})))
+    assert playbook_vars(site, tmp_path) == {"deploykit_render_dir": str(tmp_path),
+                                             "vllm_serial": 3}

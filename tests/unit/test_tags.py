@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import REPO
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
-TASK_LINE = re.compile(r"^\s+(?P<role>\w+) : (?P<name>.+?)\s+TAGS: \[(?P<tags>[^\]]*)\]$")
+TASK_LINE = re.compile(
+    r"^\s+(?:deploykit\.kvcache\.)?(?P<role>\w+) : (?P<name>.+?)\s+TAGS: \[(?P<tags>[^\]]*)\]$")
 SETTINGS_TASK = "Load the settings deploykit rendered for this host"
 
 

@@ -1,0 +1,116 @@
+"""The engines users already run: a wheel that works outside the checkout, the Ansible
+collection built and installed, and the execution-environment context for ansible-builder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+BIN = Path(sys.executable).parent
+VERSION = "0.1.0"
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, **(env or {})})
+    assert result.returncode == 0, f"{argv}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    build = tmp_path_factory.mktemp("build")
+    # build in a copy: setuptools writes build/ and *.egg-info next to the sources
+    source = build / "src"
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "runs", "build", "dist", "*.egg-info", ".*_cache", "__pycache__"))
+    run([str(BIN / "pip"), "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+         "."], cwd=source)
+    run([str(BIN / "ansible-galaxy"), "collection", "build", "--force", "--output-path",
+         str(out), "."], cwd=source)
+    return out
+
+
+def listed_tasks(argv: list[str], cwd: Path, env: dict[str, str], rendered: Path) -> str:
+    return run([*argv, "--list-tasks", "-e", f"deploykit_render_dir={rendered}"], cwd, env).stdout
+
+
+def test_wheel_carries_the_content_and_runs_outside_the_checkout(dist: Path,
+                                                                 tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    with zipfile.ZipFile(dist / f"deploykit-{VERSION}-py3-none-any.whl") as wheel:
+        wheel.extractall(site)
+    content = site / "deploy_kit" / "_content"
+    for path in ("playbooks/site.yml", "templates/Corefile.j2", "ansible.cfg",
+                 "collections/ansible_collections/deploykit/kvcache/roles/ceph_rgw/tasks/main.yml",
+                 "collections/ansible_collections/deploykit/kvcache/plugins/modules/"
+                 "deploykit_ceph_pool.py"):
+        assert (content / path).is_file(), path
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    inventory = elsewhere / "prod"
+    shutil.copytree(REPO / "inventory" / "example", inventory)
+    env = {"PYTHONPATH": str(site), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    out = elsewhere / "out"
+    run([sys.executable, "-m", "deploy_kit", "render", "-i", str(inventory), "-o", str(out),
+         "--for-roles"], elsewhere, env)
+    assert (out / "gpu-h100-1" / "etc" / "systemd" / "system" / "vllm.service").is_file()
+    command = run([sys.executable, "-m", "deploy_kit", "up", "-i", str(inventory),
+                   "--print-command"], elsewhere, env).stdout
+    assert str(content / "playbooks" / "site.yml") in command
+    tasks = listed_tasks([str(BIN / "ansible-playbook"), "-i", str(inventory),
+                          str(content / "playbooks" / "site.yml")], elsewhere,
+                         {**env, "ANSIBLE_CONFIG": str(content / "ansible.cfg")}, out)
+    assert "deploykit.kvcache.ceph_rgw : Write the concentrator configuration" in tasks
+
+
+def test_collection_installs_and_its_playbook_resolves_roles_by_fqcn(dist: Path,
+                                                                      tmp_path: Path) -> None:
+    collections = tmp_path / "collections"
+    tarball = dist / f"deploykit-kvcache-{VERSION}.tar.gz"
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(collections),
+         str(tarball)], tmp_path)
+    installed = collections / "ansible_collections" / "deploykit" / "kvcache"
+    assert (installed / "MANIFEST.json").is_file()
+    assert not (installed / "deploy_kit").exists() and not (installed / "tests").exists()
+    rendered = tmp_path / "rendered"
+    run([sys.executable, "-m", "deploy_kit", "render", "--for-roles", "-i", "example", "-o",
+         str(rendered)], REPO)
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text(f"[defaults]\ncollections_path = {collections}\n")
+    env = {"ANSIBLE_CONFIG": str(cfg)}
+    tasks = listed_tasks([str(BIN / "ansible-playbook"), "-i", str(REPO / "inventory" /
+                                                                   "example"),
+                          "deploykit.kvcache.site"], tmp_path, env, rendered)
+    for role in ("ceph_rgw_pools", "ceph_rgw", "ceph_rgw_s3", "consul", "coredns", "resolver",
+                 "lmcache", "vllm"):
+        assert f"deploykit.kvcache.{role} : " in tasks, role
+    doc = run([str(BIN / "ansible-doc"), "deploykit.kvcache.deploykit_ceph_pool"], tmp_path,
+              env).stdout
+    assert "pg_num" in doc
+
+
+def test_execution_environment_context_is_complete(dist: Path, tmp_path: Path) -> None:
+    work = tmp_path / "ee"
+    (work / "dist").mkdir(parents=True)
+    shutil.copy(REPO / "execution-environment.yml", work)
+    for artefact in dist.iterdir():
+        shutil.copy(artefact, work / "dist")
+    run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml",
+         "--context", str(work / "context"), "--output-filename", "Containerfile"], work)
+    containerfile = (work / "context" / "Containerfile").read_text()
+    assert f"deploykit-{VERSION}-py3-none-any.whl" in containerfile
+    assert "ansible-galaxy collection install" in containerfile
+    staged = work / "context" / "_build" / "deploykit"
+    assert (staged / f"deploykit-{VERSION}-py3-none-any.whl").is_file()
+    assert (staged / f"deploykit-kvcache-{VERSION}.tar.gz").is_file()
