@@ -26,7 +26,8 @@ def address() -> str:
 
 def corefile() -> str:
     entries = "\n".join(f"        {ip} {name}" for name, ip in sorted(NAMES.items()))
-    return (f".:{PORT} {{\n    bind {GATEWAY}\n    errors\n    hosts {{\n{entries}\n"
+    # no `bind`: the lab's CoreDNS build has no bind plugin (tools/coredns/main.go)
+    return (f".:{PORT} {{\n    errors\n    hosts {{\n{entries}\n"
             "        ttl 30\n    }\n}\n")
 
 
