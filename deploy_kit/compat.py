@@ -39,6 +39,24 @@ class VLLMCompat:
     default_gpu_memory_utilization: float
     lmcache_connectors: frozenset[str]
     default_block_size: dict[str, int]
+    rope_override: str | None = None  # --hf-overrides key holding the complete rope parameters
+    accelerator_env: dict[str, dict[str, str]] | None = None
+    gaudi_bucketing_env: str = "VLLM_BUCKETING_STRATEGY"
+    wheel_source: dict[str, str] | None = None  # accelerator -> pypi | wheelhouse
+    extra_packages: dict[str, list[str]] | None = None
+    service_groups: dict[str, list[str]] | None = None
+
+    def env_for(self, accelerator: str) -> dict[str, str]:
+        return dict((self.accelerator_env or {}).get(accelerator, {}))
+
+    def needs_wheelhouse(self, accelerator: str) -> bool:
+        return (self.wheel_source or {}).get(accelerator, "pypi") == "wheelhouse"
+
+    def packages(self, accelerator: str, version: str) -> list[str]:
+        return [f"vllm=={version}", *(self.extra_packages or {}).get(accelerator, [])]
+
+    def groups_for(self, accelerator: str) -> list[str]:
+        return list((self.service_groups or {}).get(accelerator, []))
 
 
 @dataclass(frozen=True)
@@ -47,6 +65,9 @@ class CephCompat:
     release: str
     has_concentrator: bool
     has_noautoscale_flag: bool
+    has_zonegroup_hostnames: bool = False
+    has_graceful_stop: bool = False
+    verified: bool = False  # this exact dot release was checked (compat.yaml `verified`)
 
 
 class UnsupportedVersion(ValueError):
@@ -97,6 +118,13 @@ def vllm(version: str) -> VLLMCompat:
         default_gpu_memory_utilization=float(e["default_gpu_memory_utilization"]),
         lmcache_connectors=frozenset(e["lmcache_connectors"]),
         default_block_size=dict(e["default_block_size"]),
+        rope_override=e.get("rope_override"),
+        accelerator_env={k: {n: str(v) for n, v in (env or {}).items()}
+                         for k, env in (e.get("accelerator_env") or {}).items()},
+        gaudi_bucketing_env=e.get("gaudi_bucketing_env", "VLLM_BUCKETING_STRATEGY"),
+        wheel_source=dict(e.get("wheel_source") or {}),
+        extra_packages={k: list(v) for k, v in (e.get("extra_packages") or {}).items()},
+        service_groups={k: list(v) for k, v in (e.get("service_groups") or {}).items()},
     )
 
 
@@ -108,9 +136,22 @@ def ceph(version: str) -> CephCompat:
     if release is None:
         known = ", ".join(f"{k} ({v})" for k, v in table["releases"].items())
         raise UnsupportedVersion(f"ceph {version} is not supported (supported majors: {known})")
+    def since(key: str) -> bool:
+        minimum = table.get(key)
+        return minimum is not None and parsed >= parse_version(str(minimum))
+
     return CephCompat(
         version=parsed,
         release=release,
-        has_concentrator=parsed >= parse_version(table["concentrator_min"]),
-        has_noautoscale_flag=parsed >= parse_version(table["noautoscale_flag_min"]),
+        has_concentrator=since("concentrator_min"),
+        has_noautoscale_flag=since("noautoscale_flag_min"),
+        has_zonegroup_hostnames=since("zonegroup_hostnames_min"),
+        has_graceful_stop=since("graceful_stop_min"),
+        verified=version.strip() in {str(v) for v in table.get("verified", [])},
     )
+
+
+def coredns_verified(version: str) -> str | None:
+    """How the rendered Corefile was checked for this CoreDNS version; None: unverified."""
+    entry = (_table().get("coredns") or {}).get(version.strip())
+    return None if entry is None else entry.get("verified")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -31,6 +31,8 @@ class ModelGeometry:
     mla: bool = False
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    # 0: unknown; needed for a complete rope override, not part of the KV geometry
+    rope_theta: float = field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -124,11 +126,17 @@ def from_hf_config(path: Path) -> ModelGeometry:
     dtype = _HF_DTYPES.get(str(data.get("torch_dtype") or data.get("dtype") or "bfloat16"),
                            "bfloat16")
     layers = int(data["num_hidden_layers"])
+    # transformers 4 writes rope_theta at the top level, transformers 5 inside rope_parameters
+    rope_raw = data.get("rope_parameters")
+    rope: dict[str, Any] = rope_raw if isinstance(rope_raw, dict) else {}
+    theta = float(data.get("rope_theta") or rope.get("rope_theta") or 0.0)
     if data.get("kv_lora_rank"):
         return ModelGeometry(num_layers=layers, dtype=dtype, mla=True,
                              kv_lora_rank=int(data["kv_lora_rank"]),
-                             qk_rope_head_dim=int(data.get("qk_rope_head_dim", 0)))
+                             qk_rope_head_dim=int(data.get("qk_rope_head_dim", 0)),
+                             rope_theta=theta)
     heads = int(data["num_attention_heads"])
     kv_heads = int(data.get("num_key_value_heads") or heads)
     head_dim = int(data.get("head_dim") or int(data["hidden_size"]) // heads)
-    return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads, head_dim=head_dim)
+    return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads, head_dim=head_dim,
+                         rope_theta=theta)

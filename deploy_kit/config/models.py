@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
                   "vllm_")
-SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key")
+SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
+               "ceph_rgw_concentrator_monitor_password", "vllm_api_key")
 
 Accelerator = Literal["cuda", "rocm", "gaudi3"]
 LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
@@ -78,6 +79,12 @@ class HostConfig(BaseModel):
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
     ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0)
+    # deploykit's own per-host HAProxy by default: no upstream Ceph release up to 20.2.4 has
+    # the cephadm RGW spec `concentrator` fields (downstream IBM Storage Ceph 8.1 does), so
+    # `cephadm` is an explicit opt-in for such builds (deploy_kit/data/compat.yaml).
+    ceph_rgw_concentrator: Literal["deploykit", "cephadm"] = "deploykit"
+    # HAProxy stats page password (vault); unset: generated on each RGW host, kept 0600 there
+    ceph_rgw_concentrator_monitor_password: SecretStr | None = None
 
     # --- consul / coredns / resolver: one name, one A record per concentrator -------------
     consul_datacenter: str = "dc1"
@@ -154,6 +161,13 @@ class HostConfig(BaseModel):
     vllm_install: bool = True
     vllm_wheel_dir: str = ""
     vllm_health_timeout: int = Field(default=1800, ge=10)
+    vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
+    # optional; from the vault, written to a 0600 env file as VLLM_API_KEY (never in argv)
+    vllm_api_key: SecretStr | None = None
+    # vllm-gaudi: VLLM_BUCKETING_STRATEGY (exp, the plugin's default, prepares long-context
+    # buckets itself); warm-up skipping is for development only
+    vllm_gaudi_bucketing_strategy: Literal["exp", "lin", "pad"] = "exp"
+    vllm_gaudi_skip_warmup: bool = False
 
     def declared_field_names(self) -> set[str]:
         return set(type(self).model_fields)

@@ -331,3 +331,81 @@ def packages_mode_knows_cluster(site: Site) -> Iterator[Problem]:
                 yield Problem(_src(site, host, key), key,
                               "required with ceph_rgw_mode: packages",
                               "copy it from `ceph config generate-minimal-conf`")
+
+
+@rule
+def rope_override_complete(site: Site) -> Iterator[Problem]:
+    """Under transformers 5 a rope override replaces all rope parameters: rope_theta is needed."""
+    for host in site.group("vllm"):
+        c = host.config
+        try:
+            table = compat.vllm(c.vllm_version)
+        except ValueError:
+            continue
+        if not c.vllm_rope_scaling or table.rope_override != "rope_parameters":
+            continue
+        known = "rope_theta" in c.vllm_rope_scaling or (
+            host.geometry is not None and host.geometry.rope_theta)
+        if not known:
+            yield Problem(_src(site, host, "vllm_rope_scaling"), "vllm_rope_scaling.rope_theta",
+                          f"the rope_theta of {c.vllm_model} is unknown on {host.name}; vLLM "
+                          f"{c.vllm_version} would drop it with this override",
+                          "add rope_theta (from the model's config.json) to vllm_rope_scaling, "
+                          "or set vllm_model_config")
+
+
+def accelerator_wheels_available(site: Site) -> Iterator[Problem]:
+    """ROCm and Gaudi3 builds are not on PyPI: they install from the site's wheel directory.
+    A plan warning (not a rule: a site may install them out of band); the vllm and lmcache
+    roles refuse to install from PyPI there."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.vllm_accelerator is None:
+            continue
+        try:
+            table = compat.vllm(c.vllm_version)
+        except ValueError:
+            continue
+        if not table.needs_wheelhouse(c.vllm_accelerator):
+            continue
+        wanted = ", ".join(table.packages(c.vllm_accelerator, c.vllm_version))
+        if c.vllm_install and not c.vllm_wheel_dir:
+            yield Problem(_src(site, host, "vllm_wheel_dir"), "vllm_wheel_dir",
+                          f"{host.name} ({c.vllm_accelerator}) needs {wanted} from the site's "
+                          "artefact source; PyPI has only the CUDA build"
+                          + (" and no vllm-gaudi" if c.vllm_accelerator == "gaudi3" else ""),
+                          "set vllm_wheel_dir to a directory of wheels built for the accelerator")
+        if c.lmcache_install and not c.lmcache_wheel_dir:
+            yield Problem(_src(site, host, "lmcache_wheel_dir"), "lmcache_wheel_dir",
+                          f"{host.name} ({c.vllm_accelerator}) needs an LMCache "
+                          f"{c.lmcache_version} build for it; PyPI's wheel is built for CUDA",
+                          "set lmcache_wheel_dir to the site's wheel directory")
+
+
+@rule
+def gaudi_bucketing_supported(site: Site) -> Iterator[Problem]:
+    """The padding-aware strategy needs VLLM_BUCKETING_STRATEGY (vllm-gaudi 0.20 and later)."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.vllm_accelerator != "gaudi3" or c.vllm_gaudi_bucketing_strategy != "pad":
+            continue
+        try:
+            table = compat.vllm(c.vllm_version)
+        except ValueError:
+            continue
+        if table.gaudi_bucketing_env != "VLLM_BUCKETING_STRATEGY":
+            yield Problem(_src(site, host, "vllm_gaudi_bucketing_strategy"),
+                          "vllm_gaudi_bucketing_strategy",
+                          f"vLLM {c.vllm_version}'s vllm-gaudi has no padding-aware bucketing",
+                          "use exp or lin")
+
+
+@rule
+def concentrator_choice_valid(site: Site) -> Iterator[Problem]:
+    """The cephadm concentrator is a cephadm spec field: packages mode has only deploykit's."""
+    for host in site.group("rgw")[:1]:
+        c = host.config
+        if c.ceph_rgw_concentrator == "cephadm" and c.ceph_rgw_mode != "cephadm":
+            yield Problem(_src(site, host, "ceph_rgw_concentrator"), "ceph_rgw_concentrator",
+                          "cephadm with ceph_rgw_mode: packages",
+                          "use ceph_rgw_concentrator: deploykit")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.lab import ceph, hosts, image
+from deploy_kit.lab import ceph, hosts, image, upstream
 from deploy_kit.lab.coredns import ensure_coredns
 from deploy_kit.lab.inventory import write_inventory
 from deploy_kit.lab.layout import (
@@ -88,6 +88,8 @@ def up(count: int, report: Any = print) -> list[Step]:
     timed("lab bridge", hosts.ensure_bridge)
     state["ceph"] = timed("Ceph mon, mgr and OSD", ceph.bootstrap)
     _save(state)
+    state["upstream_pid"] = timed("upstream resolver", upstream.start)
+    _save(state)
     key = hosts.ensure_ssh_key()
     public = key.with_suffix(".pub").read_text()
     lab = lab_hosts(count)
@@ -114,6 +116,8 @@ def down(report: Any = print) -> None:
         hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
     for name, pid in state.get("ceph", {}).get("pids", {}).items():
         _kill(int(pid), name)
+    if state.get("upstream_pid"):
+        _kill(int(state["upstream_pid"]), "upstream resolver")
     _kill_strays()
     hosts.remove_bridge()
     if os.path.ismount(CEPH_DIR):

@@ -16,6 +16,7 @@ SSH_DIR = LAB_DIR / "ssh"
 BRIDGE = "dklab0"
 NETWORK_PREFIX = "10.99.0"
 GATEWAY = f"{NETWORK_PREFIX}.1"
+UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (deploy_kit/lab/upstream.py)
 PREFIX_LEN = 24
 CGROUP_PREFIX = "dklab-"
 SUITE = "bookworm"

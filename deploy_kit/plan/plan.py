@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploy_kit import compat, sizing
+from deploy_kit.config.rules import accelerator_wheels_available
 from deploy_kit.config.site import Host, Site
 from deploy_kit.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
 from deploy_kit.render.names import remote_url
@@ -151,9 +152,15 @@ def rollout(site: Site) -> list[RolloutStep]:
 def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     out = []
     ceph = compat.ceph(site.settings.deploykit_ceph_version)
-    if site.settings.ceph_rgw_mode == "cephadm" and not ceph.has_concentrator:
-        out.append(f"ceph {site.settings.deploykit_ceph_version} ({ceph.release}) has no cephadm "
-                   "concentrator: the RGW spec uses an `ingress` service instead")
+    if site.settings.ceph_rgw_mode == "cephadm" and \
+            site.settings.ceph_rgw_concentrator == "cephadm" and not ceph.has_concentrator:
+        out.append(f"ceph_rgw_concentrator: cephadm on ceph {site.settings.deploykit_ceph_version}"
+                   f" ({ceph.release}): no upstream release has the RGW spec `concentrator` "
+                   "fields (IBM Storage Ceph 8.1 does); `ceph orch apply` refuses them elsewhere")
+    if not ceph.verified:
+        out.append(f"ceph {site.settings.deploykit_ceph_version}: rendered by the {ceph.release} "
+                   "rules, this dot release itself unverified (compat.yaml `verified`)")
+    out += [f"{p.key}: {p.message}" for p in accelerator_wheels_available(site)]
     if pgs_per_osd is not None and pgs_per_osd > 250:
         out.append(f"{pgs_per_osd:.0f} PG replicas per OSD exceeds mon_max_pg_per_osd (250): "
                    "lower pg_num or add OSDs")

@@ -46,6 +46,9 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
             files[names.RGW_CONF_PATH] = RenderedFile(storage.render_rgw_conf(host))
         if storage.deploykit_manages_concentrator(c):
             files[names.HAPROXY_CFG_PATH] = RenderedFile(storage.render_haproxy(host))
+            files[storage.HAPROXY_DROPIN_PATH] = RenderedFile(storage.render_haproxy_dropin())
+            files[storage.HAPROXY_STATS_ENV_PATH] = RenderedFile(
+                storage.render_haproxy_stats_env(host), mode=0o600, secret=True)
         if c.deploykit_dns_mode == "consul":
             files[names.CONSUL_SERVICE_PATH] = RenderedFile(
                 consul.dump_json(consul.s3_service(host)))
@@ -69,6 +72,9 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 "aws-config.j2", profile=names.aws_profile(c), region=c.deploykit_s3_region,
                 endpoint_url=names.endpoint_url(c)))
         files[names.vllm_env_path(c)] = RenderedFile(vllm.render_env_file(host))
+        if c.vllm_api_key is not None:
+            files[vllm.secret_env_path(host)] = RenderedFile(
+                vllm.render_secret_env(host), mode=0o600, secret=True)
         files[names.VLLM_UNIT_PATH] = RenderedFile(vllm.render_unit(host))
     return files
 

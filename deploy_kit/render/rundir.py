@@ -17,14 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit import compat
+from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render import names
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
-from deploy_kit.render.storage import lifecycle_rules
+from deploy_kit.render.storage import (
+    HAPROXY_STATS_ENV_PATH,
+    deploykit_manages_concentrator,
+    lifecycle_rules,
+)
+from deploy_kit.render.vllm import secret_env_path
 
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
-SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key"})
+SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key",
+                         *MODEL_SECRET_KEYS})
 
 
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
@@ -38,6 +45,23 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
         "files": paths,
     }
+    try:
+        table = compat.vllm(c.vllm_version)
+    except ValueError:
+        return settings
+    accelerator = c.vllm_accelerator or "cuda"
+    settings["derived"] |= {
+        # compat.yaml: what the pinned vLLM installs on this accelerator, and from where
+        "vllm_packages": table.packages(accelerator, c.vllm_version),
+        "wheelhouse_required": table.needs_wheelhouse(accelerator),
+        "vllm_groups": table.groups_for(accelerator),
+        "lmcache_package": f"lmcache[nixl]=={c.lmcache_version}" if c.lmcache_mode == "nixl"
+        else f"lmcache=={c.lmcache_version}",  # the `nixl` extra: nixl>=1.3.0 (0.5.6 wheel)
+        "vllm_secret_env": secret_env_path(host) if c.vllm_api_key is not None else None,
+        "haproxy_stats_env": HAPROXY_STATS_ENV_PATH,
+        "has_vllm_api_key": c.vllm_api_key is not None,
+        "has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
+    }
     return settings
 
 
@@ -45,7 +69,8 @@ def site_facts(site: Site) -> dict[str, Any]:
     s = site.settings
     table = compat.ceph(s.deploykit_ceph_version)
     return {
-        "ceph": {"concentrator": table.has_concentrator,
+        # "concentrator": cephadm runs it (explicit opt-in), so deploykit's HAProxy is not needed
+        "ceph": {"concentrator": not deploykit_manages_concentrator(s),
                  "noautoscale_flag": table.has_noautoscale_flag, "release": table.release},
         "lifecycle": lifecycle_rules(s),
     }

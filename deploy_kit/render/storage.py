@@ -27,19 +27,30 @@ def gateways(host: Host) -> list[Gateway]:
 
 
 def deploykit_manages_concentrator(c: HostConfig) -> bool:
-    """cephadm runs the concentrator only where the Ceph version has it; else deploykit does."""
-    if c.ceph_rgw_mode == "packages":
-        return True
-    return not compat.ceph(c.deploykit_ceph_version).has_concentrator
+    """deploykit's own HAProxy unless the cephadm concentrator was chosen explicitly: no
+    upstream Ceph up to 20.2.4 has its spec fields (compat.yaml `concentrator_min`)."""
+    return c.ceph_rgw_mode == "packages" or c.ceph_rgw_concentrator == "deploykit"
+
+
+def rgw_config(c: HostConfig) -> dict[str, Any]:
+    """radosgw options for the spec's `config:` (the mon config database on every release)."""
+    ceph = compat.ceph(c.deploykit_ceph_version)
+    # rgw_dns_name: RGW routes Host `<bucket>.<fqdn>` to the bucket only when it knows the
+    # base name; LMCache sends only virtual-hosted requests (research/lmcache-rgw-roundtrip.md)
+    config: dict[str, Any] = {"rgw_dns_name": c.deploykit_s3_fqdn,
+                              "rgw_exit_timeout_secs": str(c.ceph_rgw_exit_timeout_secs)}
+    if ceph.has_graceful_stop:  # Tentacle: drain requests in flight within the exit timeout
+        config["rgw_graceful_stop"] = "true"
+    return config
 
 
 def rgw_spec(site: Site) -> dict[str, Any]:
-    """cephadm RGW service spec; `concentrator` only where the Ceph version supports it."""
+    """cephadm RGW service spec with only the fields the pinned Ceph's RGWSpec accepts."""
     c = site.settings
-    spec: dict[str, Any] = {
-        "rgw_exit_timeout_secs": c.ceph_rgw_exit_timeout_secs,
-        "rgw_frontend_port": c.ceph_rgw_frontend_port,
-    }
+    ceph = compat.ceph(c.deploykit_ceph_version)
+    spec: dict[str, Any] = {"rgw_frontend_port": c.ceph_rgw_frontend_port}
+    if ceph.has_zonegroup_hostnames:  # Squid on: cephadm writes the zonegroup hostnames too
+        spec["zonegroup_hostnames"] = [c.deploykit_s3_fqdn]
     if not deploykit_manages_concentrator(c):
         spec |= {"concentrator": "haproxy",
                  "concentrator_frontend_port": c.deploykit_s3_port,
@@ -54,6 +65,7 @@ def rgw_spec(site: Site) -> dict[str, Any]:
     }
     if c.ceph_rgw_networks:
         doc["networks"] = list(c.ceph_rgw_networks)
+    doc["config"] = rgw_config(c)
     doc["spec"] = spec
     return doc
 
@@ -85,7 +97,8 @@ def render_rgw_conf(host: Host) -> str:
     return render_template("ceph-rgw.conf.j2", daemons=gateways(host), host=host.name,
                            fsid=c.deploykit_ceph_fsid, mon_host=c.deploykit_ceph_mon_host,
                            fqdn=c.deploykit_s3_fqdn, thread_pool_size=c.ceph_rgw_thread_pool_size,
-                           exit_timeout=c.ceph_rgw_exit_timeout_secs)
+                           exit_timeout=c.ceph_rgw_exit_timeout_secs,
+                           graceful_stop=compat.ceph(c.deploykit_ceph_version).has_graceful_stop)
 
 
 def render_haproxy(host: Host) -> str:
@@ -93,4 +106,22 @@ def render_haproxy(host: Host) -> str:
     return render_template("haproxy.cfg.j2", bind_address="*", frontend_port=c.deploykit_s3_port,
                            monitor_port=c.ceph_rgw_concentrator_monitor_port,
                            maxconn=c.ceph_rgw_concentrator_maxconn,
-                           backends=gateways(host))
+                           backends=gateways(host), stats_env_file=HAPROXY_STATS_ENV_PATH)
+
+
+HAPROXY_STATS_ENV_PATH = "/etc/haproxy/deploykit-stats.env"
+HAPROXY_DROPIN_PATH = "/etc/systemd/system/haproxy.service.d/deploykit-stats.conf"
+
+
+def render_haproxy_dropin() -> str:
+    """haproxy.service reads the stats login; no `-`: a missing file fails the start, so the
+    stats page is never served with an empty login."""
+    return render_template("haproxy-stats.conf.j2", env_file=HAPROXY_STATS_ENV_PATH)
+
+
+def render_haproxy_stats_env(host: Host) -> str:
+    """Marker only in the tree; the role writes the vault's (or a generated) password 0600."""
+    c = host.config
+    return render_template("vllm.env.j2", env={
+        "DEPLOYKIT_STATS_USER": c.ceph_rgw_concentrator_monitor_user,
+        "DEPLOYKIT_STATS_PASSWORD": "<vault:ceph_rgw_concentrator_monitor_password>"})

@@ -10,14 +10,8 @@ from deploy_kit.config.site import Host
 from deploy_kit.render import names
 from deploy_kit.render.templating import render_template
 
-ACCELERATOR_ENV: dict[str, dict[str, str]] = {
-    "cuda": {},
-    # AMD's tuning guide for vLLM on MI300X
-    "rocm": {"HIP_FORCE_DEV_KERNARG": "1", "TORCH_BLAS_PREFER_HIPBLASLT": "1"},
-    # from the reference deployment on Gaudi3 (vllm-gaudi plugin)
-    "gaudi3": {"PT_HPU_GPU_MIGRATION": "1", "VLLM_USE_V1": "1", "VLLM_SKIP_WARMUP": "True",
-               "VLLM_EXPONENTIAL_BUCKETING": "False"},
-}
+# The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,
+# `gaudi_bucketing_env`), per vLLM series, with the upstream evidence for each variable.
 
 
 def _compact_json(data: Any) -> str:
@@ -28,6 +22,26 @@ def kv_transfer_config(host: Host) -> dict[str, Any]:
     c = host.config
     return {"kv_connector": c.vllm_kv_connector, "kv_role": c.vllm_kv_role,
             **c.vllm_kv_transfer_extra}
+
+
+def rope_parameters(host: Host) -> dict[str, Any]:
+    """The complete rope parameters: transformers 5 replaces the model's whole
+    `rope_parameters` with the override (dropping rope_theta), see compat.yaml `rope_override`.
+    rope_theta comes from vllm_rope_scaling, else from the model's geometry."""
+    c = host.config
+    params: dict[str, Any] = dict(c.vllm_rope_scaling or {})
+    if "type" in params and "rope_type" not in params:
+        params["rope_type"] = params.pop("type")
+    if "rope_theta" not in params and host.geometry is not None and host.geometry.rope_theta:
+        params["rope_theta"] = host.geometry.rope_theta
+    return params
+
+
+def rope_override(host: Host) -> dict[str, Any]:
+    table = compat.vllm(host.config.vllm_version)
+    if table.rope_override == "rope_parameters":
+        return {"rope_parameters": rope_parameters(host)}
+    return {"rope_scaling": host.config.vllm_rope_scaling}
 
 
 def vllm_argv(host: Host) -> list[str]:
@@ -51,7 +65,9 @@ def vllm_argv(host: Host) -> list[str]:
         if table.rope_scaling_flag:
             argv += [table.rope_scaling_flag, _compact_json(c.vllm_rope_scaling)]
         else:
-            argv += ["--hf-overrides", _compact_json({"rope_scaling": c.vllm_rope_scaling})]
+            argv += ["--hf-overrides", _compact_json(rope_override(host))]
+    if c.vllm_served_model_name:
+        argv += ["--served-model-name", c.vllm_served_model_name]
     argv += ["--kv-transfer-config", _compact_json(kv_transfer_config(host))]
     return argv + list(c.vllm_extra_args)
 
@@ -65,9 +81,33 @@ def vllm_env(host: Host) -> dict[str, str]:
         env |= {"AWS_PROFILE": names.aws_profile(c),
                 "AWS_SHARED_CREDENTIALS_FILE": names.credentials_path(c),
                 "AWS_CONFIG_FILE": names.aws_config_path(c)}
-    env |= ACCELERATOR_ENV[c.vllm_accelerator or "cuda"]
+    accelerator = c.vllm_accelerator or "cuda"
+    table = compat.vllm(c.vllm_version)
+    env |= table.env_for(accelerator)
+    if accelerator == "gaudi3":
+        env |= gaudi_env(c.vllm_gaudi_bucketing_strategy, table.gaudi_bucketing_env,
+                         c.vllm_gaudi_skip_warmup)
     env |= c.vllm_extra_env
     return env
+
+
+def gaudi_env(strategy: str, variable: str, skip_warmup: bool) -> dict[str, str]:
+    """vllm-gaudi's bucketing switch for the pinned series; warm-up stays on in production."""
+    env = {variable: strategy} if variable == "VLLM_BUCKETING_STRATEGY" else \
+        {variable: "True" if strategy == "exp" else "False"}
+    if skip_warmup:
+        env["VLLM_SKIP_WARMUP"] = "true"
+    return env
+
+
+def secret_env_path(host: Host) -> str:
+    return f"{host.config.lmcache_config_dir}/vllm-secret.env"
+
+
+def render_secret_env(host: Host) -> str:
+    """VLLM_API_KEY for vLLM's env (vllm/envs.py reads it): the tree holds a marker only; the
+    role writes the vault's value 0600 with no_log, so it is never in argv or a 0644 file."""
+    return render_template("vllm.env.j2", env={"VLLM_API_KEY": "<vault:vllm_api_key>"})
 
 
 def render_env_file(host: Host) -> str:
@@ -87,6 +127,11 @@ def exec_lines(argv: list[str]) -> list[list[str]]:
 
 def render_unit(host: Host) -> str:
     c = host.config
+    env_files = [names.vllm_env_path(c)]
+    if c.vllm_api_key is not None:
+        env_files.append(secret_env_path(host))
+    table = compat.vllm(c.vllm_version)
     return render_template("vllm.service.j2", model=c.vllm_model, mode=c.lmcache_mode,
-                           user=c.vllm_user, env_file=names.vllm_env_path(c),
+                           user=c.vllm_user, env_files=env_files,
+                           groups=table.groups_for(c.vllm_accelerator or "cuda"),
                            exec_lines=exec_lines(vllm_argv(host)))

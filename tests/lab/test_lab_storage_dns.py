@@ -122,3 +122,14 @@ def test_lab_status_reports_up(lab: Lab) -> None:
     assert json.loads(result.stdout)["up"] is True
 
 
+
+
+def test_other_names_go_through_the_catch_all_block_to_the_upstream(converged: Lab) -> None:
+    """The Corefile's `.:53` block forwards to the controller's resolver (lab/upstream.py)."""
+    listing = converged.ssh(CLIENT, "getent ahostsv4 upstream.lab.test")
+    assert {line.split()[0] for line in listing.splitlines()} == {"10.99.0.1"}, listing
+    for dns_host in RGW:
+        corefile = converged.ssh(dns_host, "cat /etc/coredns/Corefile")
+        assert "\n.:53 {\n" in corefile and "10.99.0.1:5300" in corefile
+    missing = converged.ssh(CLIENT, "getent ahostsv4 nothing.lab.test || echo absent")
+    assert missing.strip() == "absent"

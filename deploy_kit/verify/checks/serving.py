@@ -202,6 +202,25 @@ def memory(obs: Observation) -> Iterator[Finding]:
                           f"pinned {pinned / GIB:.1f} GiB")
 
 
+def rope_override_problems(raw: str | None, table: compat.VLLMCompat, version: str
+                           ) -> list[str]:
+    """transformers 5 replaces all rope parameters with an override (compat.yaml
+    `rope_override`): a `rope_scaling` override, or one without rope_theta, loses rope_theta."""
+    if not raw or table.rope_override != "rope_parameters":
+        return []
+    try:
+        overrides = json.loads(raw)
+    except ValueError:
+        return ["unreadable --hf-overrides"]
+    rope = overrides.get("rope_parameters", overrides.get("rope_scaling"))
+    if not isinstance(rope, dict):
+        return []
+    if "rope_scaling" in overrides or "rope_theta" not in rope:
+        return [f"--hf-overrides rope without rope_theta: vLLM {version} (transformers 5) "
+                "drops the model's rope_theta"]
+    return []
+
+
 @check("vllm-connector-name", tags=("vllm", "config"),
        summary="--kv-transfer-config names the connector exactly and only accepted fields")
 def connector(obs: Observation) -> Iterator[Finding]:
@@ -228,6 +247,7 @@ def connector(obs: Observation) -> Iterator[Finding]:
             problems.append(f"vLLM {version} ({source}) rejects {', '.join(extra)}")
         if table.rope_scaling_flag is None and "--rope-scaling" in host.argv:
             problems.append(f"vLLM {version} has no --rope-scaling (use --hf-overrides)")
+        problems += rope_override_problems(_flag(host.argv, "--hf-overrides"), table, version)
         if problems:
             yield Finding("vllm-connector-name", Status.FAIL, host.name, "; ".join(problems),
                           "match the vLLM and LMCache versions; rerun `deploykit up`")

@@ -1,0 +1,173 @@
+"""What the pinned upstream versions really accept (issue 9): each case names its evidence in
+deploy_kit/data/compat.yaml or the renderer's comment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from deploy_kit import compat
+from deploy_kit.config.open import open_site
+from deploy_kit.config.rules import accelerator_wheels_available
+from deploy_kit.errors import InventoryError
+from deploy_kit.plan.plan import build_plan
+from deploy_kit.render.files import render_site
+from deploy_kit.render.vllm import vllm_argv, vllm_env
+from deploy_kit.verify.checks.serving import rope_override_problems
+from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+
+EXAMPLE = REPO / "inventory" / "example"
+FSID = "00000000-0000-0000-0000-000000000000"
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def _site(make_inventory: InventoryFactory, **all_vars: object):  # type: ignore[no-untyped-def]
+    return open_site(str(make_inventory(BASE_HOSTS, all=all_vars)))
+
+
+def _hf_overrides(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--hf-overrides") + 1])
+
+
+def test_corefile_catch_all_is_one_key() -> None:
+    corefile = render_site(open_site(str(EXAMPLE)))["dns1"]["/etc/coredns/Corefile"].content
+    assert "\n.:53 {\n" in corefile and ". :53" not in corefile
+
+
+@pytest.mark.parametrize(("version", "hostnames", "graceful"),
+                         [("18.2.4", False, False), ("19.2.6", True, False),
+                          ("20.2.4", True, True)])
+def test_cephadm_spec_routes_virtual_hosts_and_has_only_known_fields(
+        make_inventory: InventoryFactory, version: str, hostnames: bool, graceful: bool) -> None:
+    site = _site(make_inventory, deploykit_ceph_version=version,
+                 deploykit_s3_fqdn="s3.example.test")
+    doc = yaml.safe_load(render_site(site)["_cluster"]["cephadm/rgw-spec.yaml"].content)
+    assert doc["config"]["rgw_dns_name"] == "s3.example.test"
+    assert doc["config"]["rgw_exit_timeout_secs"] == "120"
+    assert ("rgw_graceful_stop" in doc["config"]) is graceful
+    assert ("zonegroup_hostnames" in doc["spec"]) is hostnames
+    if hostnames:
+        assert doc["spec"]["zonegroup_hostnames"] == ["s3.example.test"]
+    # upstream RGWSpec has neither field: `ceph orch apply` would refuse the spec
+    assert "rgw_exit_timeout_secs" not in doc["spec"]
+    assert not any(k.startswith("concentrator") for k in doc["spec"])
+    assert "/etc/haproxy/haproxy.cfg" in render_site(site)["rgw1"]  # deploykit's own HAProxy
+
+
+def test_cephadm_concentrator_only_as_opt_in(make_inventory: InventoryFactory) -> None:
+    site = _site(make_inventory, deploykit_ceph_version="20.2.4",
+                 ceph_rgw_concentrator="cephadm")
+    tree = render_site(site)
+    spec = yaml.safe_load(tree["_cluster"]["cephadm/rgw-spec.yaml"].content)["spec"]
+    assert spec["concentrator"] == "haproxy" and spec["concentrator_frontend_port"] == 80
+    assert "/etc/haproxy/haproxy.cfg" not in tree["rgw1"]
+    assert any("no upstream release" in w for w in build_plan(site).warnings)
+    with pytest.raises(InventoryError, match="ceph_rgw_concentrator"):
+        _site(make_inventory, ceph_rgw_mode="packages", ceph_rgw_concentrator="cephadm",
+              deploykit_ceph_fsid=FSID, deploykit_ceph_mon_host="10.0.0.10")
+
+
+@pytest.mark.parametrize(("version", "graceful"), [("16.2.15", False), ("20.2.4", True)])
+def test_packages_ceph_conf_graceful_stop_by_version(
+        make_inventory: InventoryFactory, version: str, graceful: bool) -> None:
+    site = _site(make_inventory, ceph_rgw_mode="packages", deploykit_ceph_version=version,
+                 deploykit_ceph_fsid=FSID,
+                 deploykit_ceph_mon_host="10.0.0.10")
+    conf = render_site(site)["rgw1"]["/etc/ceph/ceph.conf"].content
+    assert "rgw dns name = s3.cephlab.com" in conf
+    assert ("rgw graceful stop = true" in conf) is graceful
+
+
+@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_rope_override_is_complete_under_transformers_5(
+        make_inventory: InventoryFactory, version: str) -> None:
+    site = _site(make_inventory, vllm_version=version, vllm_rope_scaling=YARN)
+    overrides = _hf_overrides(vllm_argv(site.hosts["gpu1"]))
+    assert overrides == {"rope_parameters": {**YARN, "rope_theta": 1000000}}
+    assert rope_override_problems(json.dumps(overrides), compat.vllm(version), version) == []
+    stale = json.dumps({"rope_scaling": YARN})
+    assert rope_override_problems(stale, compat.vllm(version), version)
+
+
+def test_rope_theta_unknown_is_a_problem_and_legacy_keeps_the_flag(
+        make_inventory: InventoryFactory) -> None:
+    with pytest.raises(InventoryError, match=r"vllm_rope_scaling\.rope_theta"):
+        _site(make_inventory, vllm_model="org/unknown-model", vllm_rope_scaling=YARN)
+    given = _site(make_inventory, vllm_rope_scaling={**YARN, "rope_theta": 5e5})
+    assert _hf_overrides(vllm_argv(given.hosts["gpu1"]))["rope_parameters"]["rope_theta"] == 5e5
+    legacy = _site(make_inventory, vllm_version="0.10.2", vllm_rope_scaling=YARN)
+    argv = vllm_argv(legacy.hosts["gpu1"])
+    assert "--rope-scaling" in argv and "--hf-overrides" not in argv
+
+
+def test_served_model_name_and_api_key_never_in_argv(make_inventory: InventoryFactory) -> None:
+    inv = make_inventory(BASE_HOSTS, all={"vllm_served_model_name": "qwen",
+                                          "vllm_api_key": "{{ vault_vllm_api_key }}"},
+                         files={"group_vars/all/vault.yml": "vault_vllm_api_key: sk-not-real\n"})
+    site = open_site(str(inv))
+    host = site.hosts["gpu1"]
+    argv = vllm_argv(host)
+    assert argv[argv.index("--served-model-name") + 1] == "qwen"
+    tree = render_site(site)["gpu1"]
+    secret = tree["/etc/deploykit/vllm-secret.env"]
+    assert secret.mode == 0o600 and secret.secret
+    assert "sk-not-real" not in "".join(f.content for f in tree.values())
+    assert "EnvironmentFile=/etc/deploykit/vllm-secret.env" in \
+        tree["/etc/systemd/system/vllm.service"].content
+    assert "--api-key" not in argv
+
+
+def test_api_key_inline_is_refused(make_inventory: InventoryFactory) -> None:
+    inv = make_inventory(BASE_HOSTS, all={"vllm_api_key": "sk-inline"})
+    from deploy_kit.config.load import load_inventory
+    from deploy_kit.config.site import build_site
+
+    _, problems = build_site(load_inventory(inv))
+    assert {p.key for p in problems} == {"vllm_api_key"}  # one per host
+
+
+def test_gaudi_env_uses_the_bucketing_strategy(make_inventory: InventoryFactory) -> None:
+    hosts = {"all": {"children": {**BASE_HOSTS["all"]["children"], "vllm": {"hosts": {
+        "g1": {"ansible_host": "10.0.1.3", "vllm_accelerator": "gaudi3"}}}}}}
+    site = open_site(str(make_inventory(hosts)))
+    env = vllm_env(site.hosts["g1"])
+    assert env["VLLM_BUCKETING_STRATEGY"] == "exp" and env["PT_HPU_GPU_MIGRATION"] == "1"
+    assert not {"VLLM_USE_V1", "VLLM_SKIP_WARMUP", "VLLM_EXPONENTIAL_BUCKETING"} & set(env)
+    dev = open_site(str(make_inventory(hosts, all={"vllm_gaudi_skip_warmup": True,
+                                                   "vllm_gaudi_bucketing_strategy": "lin"})))
+    assert vllm_env(dev.hosts["g1"])["VLLM_SKIP_WARMUP"] == "true"
+    assert vllm_env(dev.hosts["g1"])["VLLM_BUCKETING_STRATEGY"] == "lin"
+    old = open_site(str(make_inventory(hosts, all={"vllm_version": "0.10.2"})))
+    assert vllm_env(old.hosts["g1"])["VLLM_EXPONENTIAL_BUCKETING"] == "True"
+    with pytest.raises(InventoryError, match="vllm_gaudi_bucketing_strategy"):
+        open_site(str(make_inventory(hosts, all={"vllm_version": "0.10.2",
+                                                 "vllm_gaudi_bucketing_strategy": "pad"})))
+
+
+def test_rocm_wheelhouse_and_device_groups(make_inventory: InventoryFactory) -> None:
+    site = open_site(str(make_inventory()))
+    unit = render_site(site)["gpu2"]["/etc/systemd/system/vllm.service"].content
+    assert "SupplementaryGroups=video render" in unit
+    assert "SupplementaryGroups" not in render_site(site)["gpu1"][
+        "/etc/systemd/system/vllm.service"].content
+    assert {p.key for p in accelerator_wheels_available(site)} == {"vllm_wheel_dir",
+                                                                    "lmcache_wheel_dir"}
+    assert any("vllm_wheel_dir" in w for w in build_plan(site).warnings)
+    assert not list(accelerator_wheels_available(open_site(str(EXAMPLE))))
+
+
+def test_aws_profile_and_haproxy_stats_login() -> None:
+    tree = render_site(open_site(str(EXAMPLE)))
+    profile = tree["gpu-h100-1"]["/etc/deploykit/aws/config"].content
+    assert "request_checksum_calculation = when_required" in profile
+    assert "response_checksum_validation = when_required" in profile
+    cfg = tree["rgw1"]["/etc/haproxy/haproxy.cfg"].content
+    assert 'stats auth "${DEPLOYKIT_STATS_USER}:${DEPLOYKIT_STATS_PASSWORD}"' in cfg
+    env = tree["rgw1"]["/etc/haproxy/deploykit-stats.env"]
+    assert env.mode == 0o600 and env.secret and "<vault:" in env.content
+    dropin = tree["rgw1"]["/etc/systemd/system/haproxy.service.d/deploykit-stats.conf"].content
+    assert "EnvironmentFile=/etc/haproxy/deploykit-stats.env" in dropin
+    assert "EnvironmentFile=-" not in dropin
+
