@@ -74,6 +74,7 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
         "consul_check_timeout": "1s",
         "deploykit_dns_ttl": 5,
         "consul_raft_multiplier": 1,
+        "consul_retry_interval": "2s",  # agents started before the server join quickly
         "vllm_model": "Qwen/Qwen3-8B",
         "vllm_block_size": 16,
         "lmcache_max_local_cpu_size": 1,

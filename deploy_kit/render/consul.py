@@ -76,12 +76,12 @@ def acl_plan(host: Host) -> dict[str, Any]:
         "policies": [{"Name": n, "Rules": r} for n, r in policies.items()],
         "tokens": [
             {"var": "consul_acl_agent_token", "Description": "deploykit: agents",
-             "Policies": ["deploykit-agent"]},
+             "Policies": [{"Name": "deploykit-agent"}]},
             {"var": "consul_acl_service_token",
              "Description": f"deploykit: registers {host.config.consul_service_name}",
-             "Policies": [service_name]},
+             "Policies": [{"Name": service_name}]},
             {"var": "consul_acl_dns_token", "Description": "deploykit: DNS and verify (read)",
-             "Policies": ["deploykit-dns"]},
+             "Policies": [{"Name": "deploykit-dns"}]},
         ],
     }
 
