@@ -181,6 +181,23 @@ def stop_host(name: str) -> None:
     _save(state)
 
 
+def crash_host(name: str) -> None:
+    """Like a power cut: SIGKILL every process of the host's container at once (nothing
+    shuts down cleanly, Consul's agent does not leave), then remove what stop_host removes."""
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    host = LabHost(entry["name"], int(entry["index"]))
+    for _ in range(3):  # a forking process may add a pid between reads
+        for d in hosts.cgroup_dirs(host):
+            for procs in d.rglob("cgroup.procs"):
+                for line in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(line), signal.SIGKILL)
+    hosts.stop_host(host, None)
+    entry["pid"] = None
+    _save(state)
+
+
 def start_host(name: str) -> None:
     state = _state()
     entry = next(h for h in state["hosts"] if h["name"] == name)

@@ -55,7 +55,8 @@ SECRETS_PATH = "/etc/consul.d/secrets.json"
 # ACL policies the consul role creates on first converge (rules in Consul's HCL syntax).
 ACL_POLICIES = {
     "deploykit-agent": 'node_prefix "" { policy = "write" }\n'
-                       'service_prefix "" { policy = "read" }\n',
+                       'service_prefix "" { policy = "read" }\n'
+                       'agent_prefix "" { policy = "write" }\n',  # `consul reload`
     "deploykit-dns": 'node_prefix "" { policy = "read" }\n'
                      'service_prefix "" { policy = "read" }\n'
                      'query_prefix "" { policy = "read" }\n',
