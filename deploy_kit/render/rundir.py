@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit import compat
+from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render import names
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
@@ -25,6 +26,8 @@ from deploy_kit.render.storage import lifecycle_rules
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
 SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key"})
+# every vault-only key (S3 keys, Consul ACL tokens and gossip key) stays out of settings.json
+SECRET_KEYS = SECRET_KEYS | frozenset(MODEL_SECRET_KEYS)
 
 
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:

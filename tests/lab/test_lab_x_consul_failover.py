@@ -70,7 +70,7 @@ def s3_through_name(lab: Lab) -> dict:
         ["radosgw-admin", "--conf", "/var/lib/deploykit-lab/ceph/ceph.conf", "user", "info",
          "--uid", "lmcache"], check=True, capture_output=True, text=True).stdout)
     key = info["keys"][0]
-    script = (REPO / "deploy_kit/verify/probes/sigv4.py").read_text() + "\n" + \
+    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
         (Path(__file__).parent / "s3_client.py").read_text()
     for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
                                "__HOST__": "lmcache.s3.lab.test",
