@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
                   "vllm_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
-               "ceph_rgw_concentrator_monitor_password", "vllm_api_key")
+               "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
+               # consul ACL tokens and the gossip key (issue 11): vault only, like the S3 keys
+               "consul_acl_management_token", "consul_acl_agent_token",
+               "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
 
 Accelerator = Literal["cuda", "rocm", "gaudi3"]
 LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
@@ -94,7 +97,8 @@ class HostConfig(BaseModel):
     consul_service_name: str = "s3"
     consul_check_interval: str = Field(default="10s", pattern=r"^\d+(ms|s|m)$")
     consul_check_timeout: str = Field(default="2s", pattern=r"^\d+(ms|s|m)$")
-    consul_version: str = "1.20.2"
+    # 1.16.x is the last MPL-2.0 line; 1.17 and later are BUSL
+    consul_version: str = "1.16.1"
     coredns_port: int = Field(default=53, ge=1, le=65535)
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
@@ -107,6 +111,21 @@ class HostConfig(BaseModel):
     consul_binary_src: str | None = None
     consul_binary_url: str = ("https://releases.hashicorp.com/consul/{version}/"
                               "consul_{version}_linux_amd64.zip")
+    # sha256 of the consul binary the role installs (consul_binary_src or the release's
+    # binary); the install fails on a mismatch
+    consul_binary_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    consul_raft_multiplier: int | None = Field(default=None, ge=1, le=10)  # 1: fastest failover
+    consul_leave_on_terminate: bool | None = None  # None: Consul's default (clients leave)
+    consul_retry_interval: str | None = Field(default=None, pattern=r"^\d+(ms|s|m)$")
+    # ACLs (default deny) and gossip encryption; the tokens and key come from the vault
+    consul_acl_enabled: bool = False
+    consul_acl_default_policy: Literal["deny", "allow"] = "deny"
+    consul_acl_management_token: SecretStr | None = None  # initial_management (servers)
+    consul_acl_agent_token: SecretStr | None = None  # node registration, every agent
+    consul_acl_service_token: SecretStr | None = None  # registers the s3 service
+    consul_acl_dns_token: SecretStr | None = None  # default token: DNS, verify (read only)
+    consul_gossip_encryption: bool = False
+    consul_gossip_key: SecretStr | None = None  # `consul keygen`: base64 of 32 bytes
     resolver_manage: bool = True
 
     # --- lmcache ----------------------------------------------------------------------

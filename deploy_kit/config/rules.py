@@ -409,3 +409,36 @@ def concentrator_choice_valid(site: Site) -> Iterator[Problem]:
             yield Problem(_src(site, host, "ceph_rgw_concentrator"), "ceph_rgw_concentrator",
                           "cephadm with ceph_rgw_mode: packages",
                           "use ceph_rgw_concentrator: deploykit")
+
+
+_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+
+
+@rule
+def consul_secrets_well_formed(site: Site) -> Iterator[Problem]:
+    """Consul ACL tokens are UUIDs and the gossip key is 32 bytes of base64 (when given:
+    a locked vault leaves them unknown until Ansible runs, and the role asserts them)."""
+    import base64
+    import binascii
+    import re
+
+    for host in (site.group("consul_servers") + site.group("rgw"))[:1]:
+        c = host.config
+        if c.deploykit_dns_mode != "consul":
+            return
+        if c.consul_acl_enabled:
+            for key in ("consul_acl_management_token", "consul_acl_agent_token",
+                        "consul_acl_service_token", "consul_acl_dns_token"):
+                token = getattr(c, key)
+                if token is not None and not re.match(_UUID, token.get_secret_value()):
+                    yield Problem(_src(site, host, key), key, "not a UUID",
+                                  "generate one with `uuidgen` and keep it in the vault")
+        if c.consul_gossip_encryption and c.consul_gossip_key is not None:
+            try:
+                ok = len(base64.b64decode(c.consul_gossip_key.get_secret_value(),
+                                          validate=True)) == 32
+            except (binascii.Error, ValueError):
+                ok = False
+            if not ok:
+                yield Problem(_src(site, host, "consul_gossip_key"), "consul_gossip_key",
+                              "not 32 bytes of base64", "generate one with `consul keygen`")

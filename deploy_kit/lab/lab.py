@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit.lab import ceph, hosts, image, upstream
+from deploy_kit.lab.consul import ensure_consul
 from deploy_kit.lab.coredns import ensure_coredns
 from deploy_kit.lab.inventory import write_inventory
 from deploy_kit.lab.layout import (
@@ -24,6 +25,8 @@ from deploy_kit.lab.layout import (
     STATE_FILE,
     LabHost,
     lab_hosts,
+    repo_path,
+    rootfs_path,
 )
 from deploy_kit.lab.system import ensure_packages, log, quiet, require_root
 from deploy_kit.project import project_dir
@@ -83,6 +86,7 @@ def up(count: int, report: Any = print) -> list[Step]:
     timed("controller packages", ensure_packages, CONTROLLER_PACKAGES)
     rootfs, repo, _ = timed("host image and offline repo", image.ensure_image)
     timed("CoreDNS binary", ensure_coredns)
+    timed("Consul binary (first build about 11 min)", ensure_consul)
     state: dict[str, Any] = {"hosts": [], "ceph": {}}
     _save(state)
     timed("lab bridge", hosts.ensure_bridge)
@@ -169,3 +173,41 @@ def status() -> dict[str, Any]:
         out["hosts"].append({"name": h["name"], "address": h["address"], "ssh": ok})
     out["ceph_pids"] = state.get("ceph", {}).get("pids", {})
     return out
+
+
+def stop_host(name: str) -> None:
+    """Take one lab host down as a whole (orderly poweroff of its container), keeping its
+    disk: `start_host` boots it again with everything deployed on it (failover tests)."""
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+    entry["pid"] = None
+    _save(state)
+
+
+def crash_host(name: str) -> None:
+    """Like a power cut: SIGKILL every process of the host's container at once (nothing
+    shuts down cleanly, Consul's agent does not leave), then remove what stop_host removes."""
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    host = LabHost(entry["name"], int(entry["index"]))
+    for _ in range(3):  # a forking process may add a pid between reads
+        for d in hosts.cgroup_dirs(host):
+            for procs in d.rglob("cgroup.procs"):
+                for line in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(line), signal.SIGKILL)
+    hosts.stop_host(host, None)
+    entry["pid"] = None
+    _save(state)
+
+
+def start_host(name: str) -> None:
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    host = LabHost(entry["name"], int(entry["index"]))
+    rootfs, repo = rootfs_path(), repo_path()
+    public = hosts.ensure_ssh_key().with_suffix(".pub").read_text()
+    entry["pid"] = hosts.start_host(host, rootfs, repo, public)
+    _save(state)
+    hosts.wait_ssh([host])

@@ -32,6 +32,78 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
     if is_server:
         cfg["bootstrap_expect"] = c.consul_bootstrap_expect or len(servers)
         cfg["ui_config"] = {"enabled": True}
+    if c.consul_raft_multiplier is not None:
+        cfg["performance"] = {"raft_multiplier": c.consul_raft_multiplier}
+    if c.consul_retry_interval is not None:
+        cfg["retry_interval"] = c.consul_retry_interval
+    if c.consul_leave_on_terminate is not None:
+        cfg["leave_on_terminate"] = c.consul_leave_on_terminate
+    if c.consul_acl_enabled:
+        # The tokens live in SECRETS_PATH (0600, written by the role from the vault, never
+        # rendered); Consul merges that file into this block.
+        cfg["acl"] = {"enabled": True, "default_policy": c.consul_acl_default_policy,
+                      "down_policy": "extend-cache", "enable_token_persistence": False}
+    if c.consul_gossip_encryption:
+        cfg["encrypt_verify_incoming"] = True
+        cfg["encrypt_verify_outgoing"] = True
+    return cfg
+
+
+# Written by the consul role from vault variables (mode 0600, owner consul); not rendered.
+SECRETS_PATH = "/etc/consul.d/secrets.json"
+
+# ACL policies the consul role creates on first converge (rules in Consul's HCL syntax).
+ACL_POLICIES = {
+    "deploykit-agent": 'node_prefix "" { policy = "write" }\n'
+                       'service_prefix "" { policy = "read" }\n'
+                       'agent_prefix "" { policy = "write" }\n',  # `consul reload`
+    "deploykit-dns": 'node_prefix "" { policy = "read" }\n'
+                     'service_prefix "" { policy = "read" }\n'
+                     'query_prefix "" { policy = "read" }\n',
+}
+
+
+def service_policy(host: Host) -> tuple[str, str]:
+    name = host.config.consul_service_name
+    return f"deploykit-service-{name}", f'service "{name}" {{ policy = "write" }}\n'
+
+
+def acl_plan(host: Host) -> dict[str, Any]:
+    """Policies and which vault variable holds each token's SecretID: what the consul role
+    creates through the API with the management token (no secret in here)."""
+    service_name, service_rules = service_policy(host)
+    policies = {**ACL_POLICIES, service_name: service_rules}
+    return {
+        "policies": [{"Name": n, "Rules": r} for n, r in policies.items()],
+        "tokens": [
+            {"var": "consul_acl_agent_token", "Description": "deploykit: agents",
+             "Policies": [{"Name": "deploykit-agent"}]},
+            {"var": "consul_acl_service_token",
+             "Description": f"deploykit: registers {host.config.consul_service_name}",
+             "Policies": [{"Name": service_name}]},
+            {"var": "consul_acl_dns_token", "Description": "deploykit: DNS and verify (read)",
+             "Policies": [{"Name": "deploykit-dns"}]},
+        ],
+    }
+
+
+def secrets_config(host: Host, is_server: bool) -> dict[str, Any]:
+    """The secret part of the agent config (what the role writes to SECRETS_PATH)."""
+    c = host.config
+
+    def value(secret: Any) -> str | None:
+        return secret.get_secret_value() if secret is not None else None
+
+    cfg: dict[str, Any] = {}
+    if c.consul_acl_enabled:
+        tokens = {"agent": value(c.consul_acl_agent_token),
+                  "config_file_service_registration": value(c.consul_acl_service_token),
+                  "default": value(c.consul_acl_dns_token)}
+        if is_server:
+            tokens["initial_management"] = value(c.consul_acl_management_token)
+        cfg["acl"] = {"tokens": {k: v for k, v in tokens.items() if v}}
+    if c.consul_gossip_encryption and c.consul_gossip_key is not None:
+        cfg["encrypt"] = value(c.consul_gossip_key)
     return cfg
 
 

@@ -88,6 +88,9 @@ def cluster_files(site: Site) -> dict[str, RenderedFile]:
     }
     if s.ceph_rgw_mode == "cephadm":
         files["cephadm/rgw-spec.yaml"] = RenderedFile(storage.render_rgw_spec(site))
+    servers = site.group("consul_servers")
+    if s.deploykit_dns_mode == "consul" and servers and servers[0].config.consul_acl_enabled:
+        files["consul/acl.json"] = RenderedFile(consul.dump_json(consul.acl_plan(servers[0])))
     return files
 
 

@@ -8,8 +8,15 @@ from deploy_kit.config.site import Site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.sigv4 import Credentials
-from deploy_kit.verify.model import Observation, S3Probe
-from deploy_kit.verify.probes import ceph_probe, dns_probe, http_probe, s3_probe, serving_probe
+from deploy_kit.verify.model import ConsulView, Observation, S3Probe
+from deploy_kit.verify.probes import (
+    ceph_probe,
+    consul_probe,
+    dns_probe,
+    http_probe,
+    s3_probe,
+    serving_probe,
+)
 
 MIB = 1024 * 1024
 
@@ -37,7 +44,18 @@ def planned(site: Site) -> Observation:
         expected_lifecycle=lifecycle_rules(s),
         pinned={"lmcache": s.lmcache_version, "vllm": s.vllm_version,
                 **({"tls": "1"} if s.deploykit_s3_tls else {})},
-        planned_identity=identity)
+        planned_identity=identity, consul=planned_consul(site))
+
+
+def planned_consul(site: Site) -> ConsulView | None:
+    s = site.settings
+    servers = site.group("consul_servers")
+    if s.deploykit_dns_mode != "consul" or not servers:
+        return None
+    rgw = site.group("rgw")
+    expected = sorted({h.name for h in servers} | {h.name for h in rgw})
+    return ConsulView(server=servers[0].address, service=s.consul_service_name,
+                      expected_nodes=expected, rgw_nodes={h.name: h.address for h in rgw})
 
 
 def object_size(site: Site) -> int:
@@ -60,9 +78,17 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         ceph_job: Future[ceph_probe.CephState] | None = (
             pool.submit(ceph_probe.probe, admin[0]) if admin else None)
         serving_jobs = [pool.submit(serving_probe.probe, h, names) for h in site.group("vllm")]
+        consul_job = None
+        if obs.consul is not None:
+            token = s.consul_acl_dns_token.get_secret_value() \
+                if s.consul_acl_enabled and s.consul_acl_dns_token else None
+            consul_job = pool.submit(consul_probe.probe, obs.consul, 8500, token,
+                                     sorted(h.address for h in site.group("consul_servers")))
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.serving = [j.result() for j in serving_jobs]
+        if consul_job is not None:
+            obs.consul = consul_job.result()
         if ceph_job is not None:
             obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = ceph_job.result()
         obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site))

@@ -82,6 +82,34 @@ class ServingHost:
 
 
 @dataclass
+class ConsulMember:
+    name: str
+    address: str
+    status: str  # alive | leaving | left | failed | none
+
+
+@dataclass
+class ConsulServiceNode:
+    node: str
+    address: str  # the service address (what DNS answers)
+    status: str  # worst check: passing | warning | critical
+    output: str = ""
+
+
+@dataclass
+class ConsulView:
+    """Consul as one server's HTTP API sees it (consul DNS mode only)."""
+
+    server: str
+    service: str
+    expected_nodes: list[str]  # consul_servers + rgw node names
+    rgw_nodes: dict[str, str]  # node name -> address, where the s3 service is registered
+    members: list[ConsulMember] = field(default_factory=list)
+    instances: list[ConsulServiceNode] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
 class Observation:
     """Everything the probes saw, plus what the inventory planned."""
 
@@ -104,6 +132,7 @@ class Observation:
     ceph_error: str | None = None
     serving: list[ServingHost] = field(default_factory=list)
     probe_errors: list[str] = field(default_factory=list)
+    consul: ConsulView | None = None  # consul DNS mode
 
 
 @dataclass(frozen=True)

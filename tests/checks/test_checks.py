@@ -19,6 +19,7 @@ from deploy_kit.verify.model import (
     Status,
     evaluate,
 )
+from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 
 RGW = ["10.9.0.11", "10.9.0.12"]
 KV = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
@@ -68,6 +69,7 @@ def healthy() -> Observation:
                   "application_metadata": {"rgw": {}}}]
     obs.rgw_daemons = 4
     obs.serving = [serving("gpu1"), serving("gpu2")]
+    obs.consul = consul_view(list(RGW))
     return obs
 
 
@@ -141,6 +143,7 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("vllm-connector-name", _connector, "gpu1", "rejects kv_parallel_size"),
     ("serving-host-reachable", lambda o: setattr(o.serving[1], "lmcache_yaml", None), "gpu2",
      "no LMCache config"),
+    *CONSUL_CASES,
 ]
 
 WARNINGS = [

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.lab
 
 CLIENT, RGW = "10.99.0.13", ("10.99.0.11", "10.99.0.12")
 WATCHED = ["/etc/ceph/ceph.conf", "/etc/haproxy/haproxy.cfg", "/etc/coredns/Corefile",
-           "/etc/coredns/db.s3.lab.test", "/etc/systemd/system/coredns.service"]
+           "/etc/consul.d/consul.json", "/etc/consul.d/s3-service.json",
+           "/usr/local/bin/consul", "/etc/systemd/system/coredns.service"]
 
 
 def lab_settings() -> dict:
@@ -93,7 +94,7 @@ def test_pools_have_the_planned_settings(converged: Lab) -> None:
 def test_gateways_and_concentrators_are_systemd_units(converged: Lab) -> None:
     for name, address in zip(("lab1", "lab2"), RGW, strict=True):
         units = [f"ceph-radosgw@rgw.{name}.0", f"ceph-radosgw@rgw.{name}.1", "haproxy",
-                 "coredns"]
+                 "coredns", "consul"]
         states = converged.ssh(address, "systemctl is-active " + " ".join(units)).split()
         assert states == ["active"] * len(units)
         enabled = converged.ssh(address, "systemctl is-enabled " + " ".join(units)).split()

@@ -46,16 +46,16 @@ def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
 
 
 def test_stopped_concentrator_is_named(converged: Lab) -> None:
-    converged.ssh(LAB2, "systemctl stop haproxy")
+    converged.ssh(LAB2, "systemctl stop haproxy && sleep 3")  # > consul_check_interval
     try:
         rc, findings = verify(converged)
     finally:
         converged.ssh(LAB2, "systemctl start haproxy")
     assert rc == 6
     assert has(findings, "s3-concentrator-reachable", LAB2)
-    # static DNS still hands out the dead address: the DNS check names it too
-    assert any(f["check"] == "dns-answer-count" and LAB2 in f["message"]
-               and "concentrator is down" in f["message"] for f in findings)
+    # consul mode: the failed health check took it out of DNS, and Consul's view names it
+    assert has(findings, "consul-service-health", "s3@lab2")
+    assert not any(c == "dns-answer-count" for c, _ in failing(findings))
 
 
 def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> None:
@@ -64,9 +64,9 @@ def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> N
     converged.ssh(LAB3, f"sed -i 's/^chunk_size: 256/chunk_size: 250/' {CFG}/lmcache.yaml")
     converged.ssh(LAB4, f"sed -i 's/^PYTHONHASHSEED=.*/PYTHONHASHSEED=68/' {CFG}/vllm.env")
     converged.ssh(LAB4, f"sed -i '/s3_region:/d' {CFG}/lmcache.yaml")
-    for server in ("10.99.0.11", LAB2):
-        converged.ssh(server, "sed -i '/10.99.0.12$/d' /etc/coredns/db.s3.lab.test && "
-                      "systemctl restart coredns && sleep 1")
+    # lab2's s3 registration renamed: Consul (and so every DNS server) loses 10.99.0.12
+    converged.ssh(LAB2, "sed -i 's/\"name\": \"s3\"/\"name\": \"s3-broken\"/' "
+                  "/etc/consul.d/s3-service.json && consul reload && sleep 2")
     rc, findings = verify(converged)
     assert rc == 6
     assert has(findings, "s3-credentials-valid", "lab3")
@@ -79,6 +79,7 @@ def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> N
     assert has(findings, "dns-answer-count", "lmcache.s3.lab.test @10.99.0.12/tcp")
     assert any(f["check"] == "dns-answer-count" and f"missing {LAB2}" in f["message"]
                for f in findings)
+    assert has(findings, "consul-service-health", "s3@lab2")
     # repair: one converge restores every file (and restarts CoreDNS), verify is green
     summary = converged.converge()
     assert summary["changed"] > 0 and not summary["failed"]

@@ -1,0 +1,81 @@
+"""Consul rendering options (issue 11): failover timing, ACLs and gossip encryption, and the
+rule that checks their secrets' shape. Secrets never reach a rendered file."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from deploy_kit.config.open import open_site
+from deploy_kit.errors import InventoryError
+from deploy_kit.render import consul
+from deploy_kit.render.files import render_site, write_tree
+from tests.conftest import InventoryFactory
+
+TOKENS = {k: str(uuid.uuid4()) for k in ("consul_acl_management_token", "consul_acl_agent_token",
+                                          "consul_acl_service_token", "consul_acl_dns_token")}
+KEY = base64.b64encode(bytes(range(32))).decode()
+
+
+def secure_site(make_inventory: InventoryFactory, **vault: str):  # type: ignore[no-untyped-def]
+    vault_text = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {**TOKENS, "consul_gossip_key": KEY,
+                                                               **vault}.items())
+    root = make_inventory(files={"group_vars/all/vault.yml": vault_text}, all={
+        "deploykit_dns_mode": "consul", "consul_acl_enabled": True,
+        "consul_gossip_encryption": True, "consul_check_interval": "1s",
+        "consul_raft_multiplier": 1, "consul_retry_interval": "2s"})
+    return open_site(str(root))
+
+
+def test_options_render_into_the_agent_config_without_secrets(make_inventory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    site = secure_site(make_inventory)
+    tree = render_site(site)
+    server = json.loads(tree["c1"]["/etc/consul.d/consul.json"].content)
+    assert server["acl"] == {"enabled": True, "default_policy": "deny",
+                             "down_policy": "extend-cache", "enable_token_persistence": False}
+    assert server["performance"] == {"raft_multiplier": 1}
+    assert server["retry_interval"] == "2s" and server["encrypt_verify_incoming"] is True
+    service = json.loads(tree["rgw1"]["/etc/consul.d/s3-service.json"].content)
+    assert service["service"]["checks"][0]["interval"] == "1s"
+    plan = json.loads(tree["_cluster"]["consul/acl.json"].content)
+    assert {p["Name"] for p in plan["policies"]} == {"deploykit-agent", "deploykit-dns",
+                                                      "deploykit-service-s3"}
+    assert [t["var"] for t in plan["tokens"]] == ["consul_acl_agent_token",
+                                                  "consul_acl_service_token",
+                                                  "consul_acl_dns_token"]
+    write_tree(tree, tmp_path / "out")
+    written = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    for secret in [*TOKENS.values(), KEY]:
+        assert secret.encode() not in written
+
+
+def test_secrets_config_is_what_the_role_writes(make_inventory) -> None:  # type: ignore[no-untyped-def]
+    site = secure_site(make_inventory)
+    server = consul.secrets_config(site.hosts["c1"], is_server=True)
+    assert server == {"acl": {"tokens": {
+        "agent": TOKENS["consul_acl_agent_token"],
+        "config_file_service_registration": TOKENS["consul_acl_service_token"],
+        "default": TOKENS["consul_acl_dns_token"],
+        "initial_management": TOKENS["consul_acl_management_token"]}}, "encrypt": KEY}
+    client = consul.secrets_config(site.hosts["rgw1"], is_server=False)
+    assert "initial_management" not in client["acl"]["tokens"]
+
+
+def test_malformed_secrets_are_refused(make_inventory) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InventoryError) as err:
+        secure_site(make_inventory, consul_acl_agent_token="not-a-uuid",
+                    consul_gossip_key="c2hvcnQ=")
+    assert {p.key for p in err.value.problems} == {"consul_acl_agent_token",
+                                                   "consul_gossip_key"}
+
+
+def test_inline_consul_secret_is_refused(make_inventory) -> None:  # type: ignore[no-untyped-def]
+    root = make_inventory(all={"deploykit_dns_mode": "consul", "consul_acl_enabled": True,
+                               "consul_acl_agent_token": TOKENS["consul_acl_agent_token"]})
+    with pytest.raises(InventoryError) as err:
+        open_site(str(root))
+    assert any(p.key == "consul_acl_agent_token" and "inline" in p.message
+               for p in err.value.problems)
