@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from deploy_kit import __version__
 from deploy_kit.console import console
 from deploy_kit.errors import DeployKitError, InventoryError, VerifyFailed
 from deploy_kit.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from deploy_kit.config.site import Site
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
                   help="Provision and verify a shared KV-cache tier: Ceph RGW (S3), "
@@ -80,6 +83,19 @@ PrintOpt = Annotated[bool, typer.Option("--print-command",
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True)]
 
 
+def _play_keywords(site: Site) -> Path:
+    """Play keywords (`serial`) are templated before any host's group_vars are visible, so
+    serving.yml would never see vllm_serial from group_vars/vllm: pass the serving hosts'
+    value as an extra var (the one `plan` shows)."""
+    import tempfile
+
+    from deploy_kit.plan.plan import vllm_serial
+
+    path = Path(tempfile.mkdtemp(prefix="deploykit-")) / "play-keywords.json"
+    path.write_text(json.dumps({"vllm_serial": vllm_serial(site)}))
+    return path
+
+
 def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
                   limit: str | None, tags: list[str] | None, skip_tags: list[str] | None,
                   check: bool, diff: bool, extra_vars: list[Path] | None,
@@ -91,7 +107,8 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
     from deploy_kit.project import project_dir
 
     site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
-    extras = tuple(p.resolve() for p in (extra_vars or [])) + extra_files
+    # ours first: a later -e vllm_serial=N from the command line still wins
+    extras = (_play_keywords(site), *(p.resolve() for p in extra_vars or []), *extra_files)
     for path in extras:
         if not path.is_file():
             raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
