@@ -26,9 +26,27 @@ class Problem:
     key: str
     message: str
     fix: str
+    hosts: tuple[str, ...] = ()  # the hosts it applies to (merged when one value is shared)
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.message} — {self.fix}"
+        return f"{self.file}: {self.key}: {self.message}{hosts_note(self.hosts)} — {self.fix}"
+
+
+def hosts_note(hosts: tuple[str, ...], shown: int = 6) -> str:
+    if not hosts:
+        return ""
+    names = ", ".join(hosts[:shown]) + (f", … ({len(hosts)} hosts)" if len(hosts) > shown
+                                        else "")
+    return f" (host{'s' if len(hosts) > 1 else ''} {names})"
+
+
+def merge_problems(problems: list[Problem]) -> list[Problem]:
+    """One problem per (file, key, message, fix): a bad site-wide value is reported once,
+    naming every host it applies to."""
+    merged: dict[tuple[str, str, str, str], set[str]] = {}
+    for p in problems:
+        merged.setdefault((p.file, p.key, p.message, p.fix), set()).update(p.hosts)
+    return sorted(Problem(*k, hosts=tuple(sorted(h))) for k, h in merged.items())
 
 
 class InventoryError(DeployKitError):
@@ -37,7 +55,7 @@ class InventoryError(DeployKitError):
     exit_code = ExitCode.INVALID_INVENTORY
 
     def __init__(self, problems: list[Problem]) -> None:
-        self.problems = sorted(set(problems))
+        self.problems = merge_problems(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

@@ -89,6 +89,9 @@ def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel:
         per_object_token = total
         objects = 1
     else:
+        if geometry.num_kv_heads % tensor_parallel and tensor_parallel % geometry.num_kv_heads:
+            raise ValueError(f"TP {tensor_parallel} does not divide {geometry.num_kv_heads} "
+                             "KV heads (vLLM refuses it; no sizing is possible)")
         heads_per_rank = max(1, geometry.num_kv_heads // tensor_parallel)
         layers_per_stage = -(-geometry.num_layers // pipeline_parallel)
         per_object_token = 2 * layers_per_stage * heads_per_rank * geometry.head_dim * dtype_bytes
@@ -119,24 +122,55 @@ def find_preset(model: str) -> ModelGeometry | None:
 _HF_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
+def _positive(data: dict[str, Any], key: str, default: Any = None) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{key} is {value!r}, not a positive integer")
+    return value
+
+
 def from_hf_config(path: Path) -> ModelGeometry:
-    """Geometry from a Hugging Face config.json (the text_config of multimodal models)."""
-    data: dict[str, Any] = json.loads(path.read_text())
-    data = data.get("text_config", data)
+    """Geometry from a Hugging Face config.json (the text_config of multimodal models).
+
+    The read is bounded (a regular file of at most 16 MiB: a FIFO or device is refused at
+    once) and every field is type-checked, so a bad file raises ValueError, nothing else."""
+    from deploy_kit.config.safe_read import MAX_JSON_BYTES, check_structure, read_text
+
+    try:
+        data: Any = json.loads(read_text(path, MAX_JSON_BYTES))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    why = check_structure(data)
+    if why:
+        raise ValueError(f"the JSON {why}")
+    if not isinstance(data, dict):
+        raise ValueError(f"the JSON is a {type(data).__name__}, not an object")
+    text = data.get("text_config", data)
+    data = text if isinstance(text, dict) else data
     dtype = _HF_DTYPES.get(str(data.get("torch_dtype") or data.get("dtype") or "bfloat16"),
                            "bfloat16")
-    layers = int(data["num_hidden_layers"])
+    layers = _positive(data, "num_hidden_layers")
     # transformers 4 writes rope_theta at the top level, transformers 5 inside rope_parameters
     rope_raw = data.get("rope_parameters")
     rope: dict[str, Any] = rope_raw if isinstance(rope_raw, dict) else {}
-    theta = float(data.get("rope_theta") or rope.get("rope_theta") or 0.0)
+    try:
+        theta = float(data.get("rope_theta") or rope.get("rope_theta") or 0.0)
+    except (TypeError, ValueError):
+        raise ValueError("rope_theta is not a number") from None
     if data.get("kv_lora_rank"):
         return ModelGeometry(num_layers=layers, dtype=dtype, mla=True,
-                             kv_lora_rank=int(data["kv_lora_rank"]),
-                             qk_rope_head_dim=int(data.get("qk_rope_head_dim", 0)),
-                             rope_theta=theta)
-    heads = int(data["num_attention_heads"])
-    kv_heads = int(data.get("num_key_value_heads") or heads)
-    head_dim = int(data.get("head_dim") or int(data["hidden_size"]) // heads)
-    return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads, head_dim=head_dim,
-                         rope_theta=theta)
+                             kv_lora_rank=_positive(data, "kv_lora_rank"),
+                             qk_rope_head_dim=_positive(data, "qk_rope_head_dim", 1)
+                             if "qk_rope_head_dim" in data else 0, rope_theta=theta)
+    heads = _positive(data, "num_attention_heads")
+    kv_heads = _positive(data, "num_key_value_heads", heads) \
+        if data.get("num_key_value_heads") is not None else heads
+    if data.get("head_dim") is not None:
+        head_dim = _positive(data, "head_dim")
+    else:
+        head_dim = _positive(data, "hidden_size") // heads
+    if kv_heads > heads or heads % kv_heads:
+        raise ValueError(f"num_key_value_heads {kv_heads} does not divide "
+                         f"num_attention_heads {heads}")
+    return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads,
+                         head_dim=head_dim, rope_theta=theta)

@@ -31,9 +31,9 @@ from deploy_kit.console import console
 def playbook_vars(site: Site, rendered: Path) -> dict[str, object]:
     """What the playbooks need before any host var exists: where the tree is, and the
     rolling batch size (`serial:` is templated per play, where group_vars are not yet seen)."""
-    serving = site.group("vllm")
-    serial = min((h.config.vllm_serial for h in serving), default=1)
-    return {"deploykit_render_dir": str(rendered), "vllm_serial": serial}
+    from deploy_kit.plan.plan import vllm_serial
+
+    return {"deploykit_render_dir": str(rendered), "vllm_serial": vllm_serial(site)}
 
 
 def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,

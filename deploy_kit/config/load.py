@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.config.safe_read import UnreadableFile, load_yaml, read_text
 from deploy_kit.errors import InventoryError, Problem
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
@@ -34,8 +35,11 @@ class RawInventory:
     hosts_file: Path
     hosts: dict[str, RawHost]
     group_depth: dict[str, int]
-    vault_files: set[str]  # files whose values may hold secrets
+    vault_files: set[str]  # vault-encrypted files: the only place a secret may be written
     locked_vault_files: list[str]  # encrypted, no password given: their values are unknown
+    plain_vault_files: set[str] = field(default_factory=set)  # vault*.yml not encrypted
+    problems: list[Problem] = field(default_factory=list)  # load_inventory(collect=True)
+    hosts_file_broken: bool = False  # hosts.yml unreadable: no host list to validate
 
 
 def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
@@ -51,21 +55,38 @@ def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
 
 
 def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
-               locked: list[str]) -> Any:
-    text = path.read_text()
+               locked: list[str], encrypted: set[str] | None = None) -> Any:
+    try:
+        text = read_text(path)
+    except UnreadableFile as exc:
+        problems.append(Problem(str(path), "(file)", f"cannot read: {exc}",
+                                "make it a regular UTF-8 YAML file"))
+        return {}
     if text.startswith(VAULT_HEADER):
+        if encrypted is not None:
+            encrypted.add(str(path))
         if vault_password is None:
             locked.append(str(path))
             return {}
         text = _decrypt(text, vault_password, path, problems)
     try:
-        return yaml.safe_load(text) or {}
+        data, duplicates = load_yaml(text)
+    except UnreadableFile as exc:
+        problems.append(Problem(str(path), "(file)", f"cannot use: it {exc}",
+                                "flatten the structure / remove the recursive alias"))
+        return {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
-        problems.append(Problem(str(path), where, f"not valid YAML ({exc.__class__.__name__})",
-                                "fix the syntax"))
+        detail = getattr(exc, "problem", None) or exc.__class__.__name__
+        problems.append(Problem(str(path), where, f"not valid YAML ({detail})",
+                                "fix the syntax (other files were still checked)"))
         return {}
+    for key, line in duplicates:
+        problems.append(Problem(str(path), key, f"defined twice in one mapping (line {line}; "
+                                "YAML keeps the last one silently)",
+                                "keep one definition"))
+    return data if data is not None else {}
 
 
 def _decrypt(text: str, password: str, path: Path, problems: list[Problem]) -> str:
@@ -93,55 +114,125 @@ def _vars_files(base: Path, name: str) -> list[Path]:
     return files
 
 
-def _walk_groups(name: str, node: dict[str, Any] | None, depth: int, parents: list[str],
+# Host and group names become paths (host_vars/<name>.yml, render's OUT/<host>/...):
+# letters, digits, '.', '_' and '-', starting with a letter or digit, never '..'.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+def name_problem(name: str) -> str | None:
+    """Why an inventory host/group name is refused, or None."""
+    if not _NAME.match(name) or ".." in name:
+        return (f"{name!r} is not a valid inventory name (letters, digits, '.', '_', '-'; "
+                "no '/', no '..', at most 253 characters)")
+    return None
+
+
+def _walk_groups(name: str, node: Any, depth: int, parents: list[str],
                  hosts: dict[str, RawHost], group_vars: dict[str, tuple[dict[str, Any], str]],
                  depths: dict[str, int], hosts_file: str, problems: list[Problem]) -> None:
-    node = node or {}
+    where = ".".join([*parents, name])
+    if node is None:
+        node = {}
     if not isinstance(node, dict):
-        problems.append(Problem(hosts_file, name, "group must be a mapping",
+        problems.append(Problem(hosts_file, where,
+                                f"group {name} must be a mapping, not a {type(node).__name__}",
                                 "use hosts:/children:/vars: keys"))
         return
+    if name in parents:
+        problems.append(Problem(hosts_file, where, f"group {name} contains itself",
+                                "remove the recursive children: entry"))
+        return
     depths[name] = max(depth, depths.get(name, 0))
-    if node.get("vars"):
-        group_vars[name] = (dict(node["vars"]), hosts_file)
-    for host_name, host_vars in (node.get("hosts") or {}).items():
+    for key in sorted(set(node) - {"hosts", "children", "vars"}, key=str):
+        problems.append(Problem(hosts_file, f"{where}.{key}", "not a group key (Ansible "
+                                "would treat the group as a host list)",
+                                "use hosts:, children: or vars:"))
+    group_vars_node = node.get("vars")
+    if group_vars_node is not None and not isinstance(group_vars_node, dict):
+        problems.append(Problem(hosts_file, f"{where}.vars",
+                                f"must be a mapping of variables, not a "
+                                f"{type(group_vars_node).__name__}",
+                                "write `key: value` lines under vars:"))
+    elif group_vars_node:
+        group_vars[name] = (dict(group_vars_node), hosts_file)
+    host_nodes = node.get("hosts")
+    if host_nodes is not None and not isinstance(host_nodes, dict):
+        problems.append(Problem(hosts_file, f"{where}.hosts",
+                                f"must be a mapping of host names, not a "
+                                f"{type(host_nodes).__name__}",
+                                "write each host as `name:` (or `name: {ansible_host: IP}`)"))
+        host_nodes = None
+    for host_name, host_vars in (host_nodes or {}).items():
+        host_key = f"{where}.hosts.{host_name}"
+        why = name_problem(str(host_name)) if isinstance(host_name, str) else \
+            f"{host_name!r} is not a host name"
+        if why:
+            problems.append(Problem(hosts_file, host_key, why,
+                                    "rename the host (set ansible_host for its address)"))
+            continue
+        if host_vars is not None and not isinstance(host_vars, dict):
+            problems.append(Problem(hosts_file, host_key,
+                                    f"host entry must be a mapping of variables or empty, "
+                                    f"not a {type(host_vars).__name__}",
+                                    f"write `{host_name}: {{ansible_host: IP}}`"))
+            continue
         host = hosts.setdefault(str(host_name), RawHost(str(host_name)))
         host.groups.update([*parents, name])
         for key, value in (host_vars or {}).items():
             host.vars[f"__inline__{key}"] = value
-    for child, child_node in (node.get("children") or {}).items():
+    children = node.get("children")
+    if children is not None and not isinstance(children, dict):
+        problems.append(Problem(hosts_file, f"{where}.children",
+                                f"must be a mapping of group names, not a "
+                                f"{type(children).__name__}",
+                                "write each child group as `name:` with its own hosts:"))
+        children = None
+    for child, child_node in (children or {}).items():
+        why = name_problem(str(child))
+        if why:
+            problems.append(Problem(hosts_file, f"{where}.children.{child}",
+                                    why.replace("inventory name", "group name"),
+                                    "rename the group"))
+            continue
         _walk_groups(str(child), child_node, depth + 1, [*parents, name], hosts, group_vars,
                      depths, hosts_file, problems)
 
 
-def load_inventory(path: Path, vault_password: str | None = None) -> RawInventory:
+def load_inventory(path: Path, vault_password: str | None = None, *,
+                   collect: bool = False) -> RawInventory:
+    """Read the inventory; with collect=True problems are returned in RawInventory.problems
+    (so the caller can add the problems of the files that did load) instead of raised."""
     hosts_file = next((path / f for f in INVENTORY_FILES if (path / f).is_file()), None)
     if hosts_file is None:
         raise InventoryError([Problem(str(path), "hosts.yml", "missing",
                                       "write an Ansible YAML inventory at hosts.yml")])
     problems: list[Problem] = []
     locked: list[str] = []
-    doc = _read_yaml(hosts_file, vault_password, problems, locked)
+    encrypted: set[str] = set()
+    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted)
+    hosts_file_broken = bool(problems)
     hosts: dict[str, RawHost] = {}
     inline_group_vars: dict[str, tuple[dict[str, Any], str]] = {}
     depths: dict[str, int] = {}
     if not isinstance(doc, dict) or "all" not in doc:
-        problems.append(Problem(str(hosts_file), "all", "top-level group `all` is missing",
-                                "start the file with `all:` and put groups under `children:`"))
+        if not hosts_file_broken:
+            problems.append(Problem(str(hosts_file), "all", "top-level group `all` is missing",
+                                    "start the file with `all:` and put groups under "
+                                    "`children:`"))
+        hosts_file_broken = True
     else:
         _walk_groups("all", doc["all"], 0, [], hosts, inline_group_vars, depths,
                      str(hosts_file), problems)
-    vault_files: set[str] = set()
+    plain_vault_files: set[str] = set()
     ordered_groups = sorted(depths, key=lambda g: (depths[g], g))
     group_files = {g: _vars_files(path / "group_vars", g) for g in ordered_groups}
     file_cache: dict[Path, dict[str, Any]] = {}
 
     def read_vars(f: Path) -> dict[str, Any]:
         if f not in file_cache:
-            raw_text_head = f.read_text()[:len(VAULT_HEADER)]
-            data = _read_yaml(f, vault_password, problems, locked)
-            if raw_text_head == VAULT_HEADER or f.stem.startswith("vault"):
-                vault_files.add(str(f))
+            data = _read_yaml(f, vault_password, problems, locked, encrypted)
+            if str(f) not in encrypted and f.stem.startswith("vault"):
+                plain_vault_files.add(str(f))
             if not isinstance(data, dict):
                 problems.append(Problem(str(f), "(file)", "must be a mapping of variables",
                                         "write `key: value` lines"))
@@ -171,11 +262,17 @@ def load_inventory(path: Path, vault_password: str | None = None) -> RawInventor
                 host.vars[key] = value
                 host.sources[key] = str(f)
         host.groups.discard("all")
-    if problems:
+    if hosts_file_broken:  # still report syntax errors in every other file
+        for base in (path / "group_vars", path / "host_vars"):
+            for f in sorted(base.glob("*")) + sorted(base.glob("*/*")) if base.is_dir() else []:
+                if f.suffix in (".yml", ".yaml") and f.is_file():
+                    read_vars(f)
+    if problems and not collect:
         raise InventoryError(problems)
     return RawInventory(root=path, hosts_file=hosts_file, hosts=hosts, group_depth=depths,
-                        vault_files=vault_files, locked_vault_files=sorted(set(locked)))
-
+                        vault_files=set(encrypted), locked_vault_files=sorted(set(locked)),
+                        plain_vault_files=plain_vault_files, problems=problems,
+                        hosts_file_broken=hosts_file_broken)
 
 _SIMPLE_REF = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _ENV_REF = re.compile(

@@ -6,9 +6,12 @@ error, not a silent default); other keys (ansible_*, a site's own variables) pas
 
 from __future__ import annotations
 
+import ipaddress
+import posixpath
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
                   "vllm_")
@@ -17,6 +20,32 @@ SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                # consul ACL tokens and the gossip key (issue 11): vault only, like the S3 keys
                "consul_acl_management_token", "consul_acl_agent_token",
                "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
+
+# --- value types pasted into config text (Corefile, zone, HAProxy, rgw-pools.sh) ------------
+# A validator's ValueError reads "<problem>|<fix>"; site.py splits it into message and hint.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# Ceph pool names: letters, digits, '.', '_', '-' (no spaces, quotes or shell syntax).
+_POOL_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
+
+
+def dns_name_problem(name: str, min_labels: int = 2) -> str | None:
+    """Why `name` is not an RFC 1123 host name (labels <= 63, total <= 253), or None."""
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(_LABEL.match(x) for x in labels):
+        return (f"{name!r} is not a valid DNS name (RFC 1123: letters, digits and '-', "
+                "labels of at most 63 characters, at most 253 in all)")
+    if len(labels) < min_labels:
+        return f"{name!r} is not a fully qualified name"
+    return None
+
+
+def _absolute_path(value: str) -> str:
+    if value and (not value.startswith("/") or posixpath.normpath(value) != value
+                  or "\n" in value or "\x00" in value):
+        raise ValueError(f"{value!r} is not an absolute, normalised path|use an absolute path "
+                         "without '..', '//' or a trailing '/', e.g. /etc/deploykit")
+    return value
+
 
 Accelerator = Literal["cuda", "rocm", "gaudi3"]
 LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
@@ -31,6 +60,14 @@ class PoolSpec(BaseModel):
     size: int = Field(default=2, ge=1, le=10)
     min_size: int = Field(default=1, ge=1, le=10)
     application: str = "rgw"
+
+    @field_validator("name", "application")
+    @classmethod
+    def _pool_name(cls, value: str) -> str:
+        if not _POOL_NAME.match(value):
+            raise ValueError(f"{value!r} is not a valid Ceph pool/application name|use "
+                             "letters, digits, '.', '_' and '-' (at most 128)")
+        return value
 
 
 DEFAULT_POOLS = (
@@ -187,6 +224,76 @@ class HostConfig(BaseModel):
     # buckets itself); warm-up skipping is for development only
     vllm_gaudi_bucketing_strategy: Literal["exp", "lin", "pad"] = "exp"
     vllm_gaudi_skip_warmup: bool = False
+
+    # --- value checks (issue 10): everything pasted into config text is typed -------------
+    @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
+                     "deploykit_ceph_conf")
+    @classmethod
+    def _paths_absolute(cls, value: str) -> str:
+        return _absolute_path(value)
+
+    @field_validator("deploykit_s3_fqdn")
+    @classmethod
+    def _fqdn(cls, value: str) -> str:
+        why = dns_name_problem(value)
+        if why:
+            raise ValueError(f"{why}|use a name such as s3.example.com")
+        return value
+
+    @field_validator("deploykit_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            why = dns_name_problem(value, min_labels=1)
+            if why:
+                raise ValueError(f"{why}|give an IPv4/IPv6 address") from None
+        return value
+
+    @field_validator("deploykit_s3_region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", value):
+            raise ValueError(f"{value!r} is not an S3 region (LMCache turns the remote tier off "
+                             "without one)|use the RGW zonegroup name, e.g. default")
+        return value
+
+    @field_validator("coredns_upstream")
+    @classmethod
+    def _upstreams(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry.startswith("/"):
+                _absolute_path(entry)
+                continue
+            addr, port = entry, ""
+            if entry.startswith("[") and "]:" in entry:  # [v6]:port
+                addr, port = entry[1:].split("]:", 1)
+            elif entry.count(":") == 1:
+                addr, port = entry.split(":")
+            try:
+                ipaddress.ip_address(addr)
+                if port and not (port.isdigit() and 0 < int(port) < 65536):
+                    raise ValueError(port)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an upstream resolver|give an IPv4/IPv6 "
+                                 "address (optionally :port) or a resolv.conf path") from None
+        return value
+
+    @field_validator("ceph_rgw_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                if "/" not in entry:
+                    raise ValueError(entry)
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network in CIDR notation|use e.g. "
+                                 "10.0.0.0/24") from None
+        return value
 
     def declared_field_names(self) -> set[str]:
         return set(type(self).model_fields)

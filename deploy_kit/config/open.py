@@ -23,9 +23,11 @@ def read_vault_password(path: Path | None) -> str | None:
 
 def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
     path = resolve_inventory_path(inventory, project_dir())
-    raw = load_inventory(path, read_vault_password(vault_password_file))
-    site, problems = build_site(raw)
-    problems += validate_site(site)
+    raw = load_inventory(path, read_vault_password(vault_password_file), collect=True)
+    problems = list(raw.problems)
+    if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
+        site, more = build_site(raw)
+        problems += more + validate_site(site)
     if problems:
         raise InventoryError(problems)
     return site

@@ -6,10 +6,12 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from deploy_kit import compat
+from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import Problem
 from deploy_kit.geometry import chunk_layout, kv_dtype_bytes
@@ -45,7 +47,7 @@ def groups_present(site: Site) -> Iterator[Problem]:
     if site.settings.deploykit_dns_mode == "consul":
         needed.append("consul_servers")
     for group in needed:
-        if not site.group(group):
+        if not site.group(group) and group not in site.rejected_groups:
             yield Problem(site.hosts_file, group, "group has no hosts",
                           f"add at least one host under children: {group}:")
     for host in site.group("vllm"):
@@ -68,7 +70,7 @@ def versions_supported(site: Site) -> Iterator[Problem]:
                 lookup(value)
             except ValueError as exc:
                 yield Problem(_src(site, host, key), key, str(exc),
-                              "pin a supported version")
+                              "pin a supported version", hosts=(host.name,))
 
 
 @rule
@@ -113,12 +115,15 @@ def chunk_aligned_to_block(site: Site) -> Iterator[Problem]:
     for host in site.group("vllm"):
         if host.config.vllm_accelerator is None:
             continue
-        chunk, block = host.config.lmcache_chunk_size, host.block_size
+        try:
+            chunk, block = host.config.lmcache_chunk_size, host.block_size
+        except ValueError:  # unsupported vllm_version: versions_supported reports it
+            continue
         if chunk % block:
             yield Problem(_src(site, host, "lmcache_chunk_size"), "lmcache_chunk_size",
-                          f"{chunk} is not a multiple of the vLLM block size {block} "
-                          f"on {host.name}",
-                          f"use a multiple of {block}, e.g. {max(block, chunk // block * block)}")
+                          f"{chunk} is not a multiple of the vLLM block size {block}",
+                          f"use a multiple of {block}, e.g. {max(block, chunk // block * block)}",
+                          hosts=(host.name,))
 
 
 @rule
@@ -170,9 +175,6 @@ def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
                 yield Problem(src, f"lmcache_extra_config.{key}",
                               f"not an S3 key of LMCache {host.config.lmcache_version}",
                               f"use one of {', '.join(sorted(table.s3_extra_keys))}")
-            elif key in ("aws_access_key_id", "aws_secret_access_key"):
-                yield Problem(src, f"lmcache_extra_config.{key}", "secret written inline",
-                              "deploykit writes the credentials profile from the vault")
         if host.config.lmcache_extra_config.get("save_chunk_meta"):
             yield Problem(src, "lmcache_extra_config.save_chunk_meta",
                           "must be false for S3", "remove it")
@@ -196,10 +198,14 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
                               "must not be set with lmcache_nixl_buffer_device cpu",
                               "remove it (the CPU pool is max_local_cpu_size)")
             continue
-        layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
-                              tensor_parallel=c.vllm_tensor_parallel_size,
-                              pipeline_parallel=c.vllm_pipeline_parallel_size,
-                              dtype_bytes=kv_dtype_bytes(host.geometry, c.vllm_kv_cache_dtype))
+        try:
+            layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
+                                  tensor_parallel=c.vllm_tensor_parallel_size,
+                                  pipeline_parallel=c.vllm_pipeline_parallel_size,
+                                  dtype_bytes=kv_dtype_bytes(host.geometry,
+                                                             c.vllm_kv_cache_dtype))
+        except ValueError:  # TP does not fit the KV heads: tensor_parallel_fits_kv_heads
+            continue
         size = c.lmcache_nixl_buffer_size
         if size is None or size % layout.object_bytes:
             fixed = max(1, -(-(size or 0) // layout.object_bytes)) * layout.object_bytes
@@ -442,3 +448,118 @@ def consul_secrets_well_formed(site: Site) -> Iterator[Problem]:
             if not ok:
                 yield Problem(_src(site, host, "consul_gossip_key"), "consul_gossip_key",
                               "not 32 bytes of base64", "generate one with `consul keygen`")
+
+
+# --- issue 10: values that are accepted but cannot work, and secrets outside 0600 files ---
+
+_SECRET_NAME = re.compile(r"(secret|token|passw|credential|access_key|api_key|private_key|"
+                          r"session_key|auth)", re.IGNORECASE)
+
+
+def _secret_paths(data: Any, prefix: str) -> Iterator[str]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}"
+            if _SECRET_NAME.search(str(key)) and value not in (None, "", False):
+                yield path
+            else:
+                yield from _secret_paths(value, path)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _secret_paths(value, f"{prefix}[{i}]")
+
+
+@rule
+def no_secrets_in_plain_files(site: Site) -> Iterator[Problem]:
+    """Credentials reach a host only through the 0600 profile (vault or RGW): never through
+    vllm.env / lmcache.yaml (0644), extra args, or a copy of the S3 key in another setting."""
+    for host in site.hosts.values():
+        c = host.config
+        for key, where in (("vllm_extra_env", "vllm.env (0644)"),
+                           ("lmcache_extra_config", "lmcache.yaml (0644)")):
+            for path in _secret_paths(getattr(c, key), key):
+                yield Problem(_src(site, host, key), path,
+                              f"a credential here would be written to {where}",
+                              "remove it: deploykit writes the S3 keys to the 0600 credentials "
+                              "profile from the vault or RGW", hosts=(host.name,))
+        secrets = [s.get_secret_value() for s in (c.deploykit_s3_access_key,
+                                                  c.deploykit_s3_secret_key) if s]
+        secrets = [s for s in secrets if len(s) >= 8]
+        if not secrets:
+            continue
+        for key in sorted(set(type(c).model_fields) - {"deploykit_s3_access_key",
+                                                        "deploykit_s3_secret_key"}):
+            text = repr(getattr(c, key))
+            if any(s in text for s in secrets):
+                yield Problem(_src(site, host, key), key,
+                              "holds the S3 access/secret key (it would be written in plain "
+                              "text)", "remove the key from it", hosts=(host.name,))
+
+
+@rule
+def addresses_distinct(site: Site) -> Iterator[Problem]:
+    """Two inventory hosts with one address in a tier are one machine counted twice: DNS
+    answers and quorum sizes would be wrong."""
+    for group in GROUP_NAMES:
+        by_address: dict[str, list[Host]] = {}
+        for host in site.group(group):
+            by_address.setdefault(host.address, []).append(host)
+        for address, members in sorted(by_address.items()):
+            if len(members) > 1:
+                first = members[0]
+                key = "deploykit_address" if first.config.deploykit_address else "ansible_host"
+                yield Problem(_src(site, first, key), key,
+                              f"address {address} is given to {len(members)} hosts of {group}",
+                              "give each host its own address",
+                              hosts=tuple(sorted(h.name for h in members)))
+
+
+@rule
+def tensor_parallel_fits_kv_heads(site: Site) -> Iterator[Problem]:
+    """vLLM needs KV heads divisible by TP (or TP by KV heads); the sizing assumes it."""
+    for host in site.group("vllm"):
+        g, tp = host.geometry, host.config.vllm_tensor_parallel_size
+        if g is None or g.mla or tp == 1:
+            continue
+        if g.num_kv_heads % tp and tp % g.num_kv_heads:
+            ok = [n for n in range(1, 65) if g.num_kv_heads % n == 0 or n % g.num_kv_heads == 0]
+            yield Problem(_src(site, host, "vllm_tensor_parallel_size"),
+                          "vllm_tensor_parallel_size",
+                          f"TP {tp} does not divide the model's {g.num_kv_heads} KV heads "
+                          "(vLLM refuses to start)",
+                          f"use one of {', '.join(map(str, ok[:8]))}", hosts=(host.name,))
+
+
+@rule
+def chunk_within_max_model_len(site: Site) -> Iterator[Problem]:
+    """A chunk longer than the context is never full: nothing would ever be stored."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.vllm_max_model_len is not None and c.lmcache_chunk_size > c.vllm_max_model_len:
+            yield Problem(_src(site, host, "lmcache_chunk_size"), "lmcache_chunk_size",
+                          f"{c.lmcache_chunk_size} tokens > vllm_max_model_len "
+                          f"{c.vllm_max_model_len} (no chunk is ever full, nothing is cached)",
+                          f"use at most {c.vllm_max_model_len}", hosts=(host.name,))
+
+
+@rule
+def tls_consistent(site: Site) -> Iterator[Problem]:
+    """lmcache_extra_config.disable_tls must agree with deploykit_s3_tls."""
+    for host in site.group("vllm"):
+        c = host.config
+        if "disable_tls" not in c.lmcache_extra_config:
+            continue
+        disable = c.lmcache_extra_config["disable_tls"]
+        if (disable is True and c.deploykit_s3_tls) or \
+                (disable is False and not c.deploykit_s3_tls):
+            yield Problem(_src(site, host, "lmcache_extra_config"),
+                          "lmcache_extra_config.disable_tls",
+                          f"{disable} contradicts deploykit_s3_tls {c.deploykit_s3_tls} "
+                          "(every S3 request would fail)",
+                          "remove it: deploykit sets disable_tls from deploykit_s3_tls",
+                          hosts=(host.name,))
+        elif not isinstance(disable, bool):
+            yield Problem(_src(site, host, "lmcache_extra_config"),
+                          "lmcache_extra_config.disable_tls", f"{disable!r} is not true/false",
+                          "remove it: deploykit sets it from deploykit_s3_tls",
+                          hosts=(host.name,))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -12,10 +15,17 @@ from pydantic import ValidationError
 
 from deploy_kit import compat
 from deploy_kit.config.load import RawInventory, is_reference, resolve_reference
-from deploy_kit.config.models import OWNED_PREFIXES, SECRET_KEYS, HostConfig, known_keys
+from deploy_kit.config.models import (
+    OWNED_PREFIXES,
+    SECRET_KEYS,
+    HostConfig,
+    dns_name_problem,
+    known_keys,
+)
 from deploy_kit.errors import Problem
 from deploy_kit.geometry import ModelGeometry, find_preset, from_hf_config
 
+_REF_NAME = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")
 CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",
                    "ansible_connection")
@@ -54,6 +64,7 @@ class Site:
     hosts_file: str
     hosts: dict[str, Host]
     secrets_locked: bool  # vault encrypted and no password given: secret values unknown
+    rejected_groups: frozenset[str] = frozenset()  # groups of hosts left out for problems
 
     def group(self, name: str) -> list[Host]:
         return [h for h in self.hosts.values() if name in h.groups]
@@ -70,7 +81,8 @@ class Site:
 
     def limit(self, names: set[str]) -> Site:
         return Site(self.name, self.root, self.hosts_file,
-                    {n: h for n, h in self.hosts.items() if n in names}, self.secrets_locked)
+                    {n: h for n, h in self.hosts.items() if n in names}, self.secrets_locked,
+                    self.rejected_groups)
 
 
 def _fix_for(error: dict[str, Any]) -> str:
@@ -88,26 +100,89 @@ def _fix_for(error: dict[str, Any]) -> str:
         return "remove it (see README for the supported keys)"
     if kind == "missing":
         return "add it"
+    if kind == "value_error" and "|" in str(ctx.get("error", "")):
+        return str(ctx["error"]).split("|", 1)[1].strip()
     return "see README for the accepted values"
 
 
 def _geometry(raw_vars: dict[str, Any], config: HostConfig, root: Path, source: str,
-              problems: list[Problem]) -> ModelGeometry | None:
+              problems: list[Problem], hosts: tuple[str, ...] = ()) -> ModelGeometry | None:
     if config.vllm_model_config:
         path = Path(config.vllm_model_config)
         path = path if path.is_absolute() else root / path
         try:
             return from_hf_config(path)
-        except (OSError, KeyError, ValueError) as exc:
-            problems.append(Problem(source, "vllm_model_config", f"cannot read {path}: {exc}",
-                                    "point it at the model's config.json"))
+        except (OSError, KeyError, ValueError, TypeError, ArithmeticError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            problems.append(Problem(source, "vllm_model_config", f"cannot use {path}: {detail}",
+                                    "point it at the model's config.json", hosts=hosts))
             return None
     geometry = find_preset(config.vllm_model)
     if geometry is None:
         problems.append(Problem(source, "vllm_model",
                                 f"no built-in KV geometry for {config.vllm_model!r}",
-                                "set vllm_model_config to the model's config.json"))
+                                "set vllm_model_config to the model's config.json",
+                                hosts=hosts))
     return geometry
+
+
+# Latin look-alikes of other scripts (Cyrillic, Greek) that make a key *look* like one of
+# deploykit's (`vllм_model`) while Ansible and deploykit see an unrelated variable.
+_CONFUSABLES = str.maketrans({
+    "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p", "с": "c",
+    "т": "t", "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ӏ": "l", "ɡ": "g",
+    "α": "a", "ε": "e", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t", "υ": "u",
+    "χ": "x", "ℓ": "l", "ı": "i"})
+
+
+def ascii_skeleton(key: str) -> str:
+    """`key` with compatibility forms folded (NFKC) and look-alike letters mapped to ASCII."""
+    return unicodedata.normalize("NFKC", key).lower().translate(_CONFUSABLES)
+
+
+def _secret_origin(key: str, value: Any, rh: Any, raw: RawInventory, hosts_file: str
+                   ) -> tuple[Any, bool, Problem | None]:
+    """Follow `{{ var }}` references of a credentials value to where the literal is written.
+
+    Returns (value, known, problem): a literal is accepted only from a vault-encrypted file;
+    an env lookup or an unresolved reference (locked vault) is left to run time."""
+    src = rh.sources.get(key, hosts_file)
+    name = key
+    for _ in range(9):
+        if not isinstance(value, str) or not is_reference(value):
+            break
+        m = _REF_NAME.match(value)
+        if m is None:  # an env lookup: resolved from the controller's environment
+            resolved, ok = resolve_reference(value, rh.vars)
+            return resolved, ok, None
+        name = m.group(1)
+        if name not in rh.vars:
+            return None, False, None  # a locked vault (or Ansible) defines it at run time
+        value = rh.vars[name]
+        src = rh.sources.get(name, hosts_file)
+    if src in raw.vault_files:
+        return value, True, None
+    where = "in a file that is not vault-encrypted" if src in raw.plain_vault_files else \
+        "inline"
+    via = f" (reached from {key} through '{{{{ {name} }}}}')" if name != key else ""
+    return None, False, Problem(
+        src, name, f"secret written {where}{via}",
+        ("ansible-vault encrypt " + src) if src in raw.plain_vault_files else
+        "move it to group_vars/all/vault.yml (ansible-vault) and reference it as "
+        "'{{ vault_" + key + " }}', or leave the keys to RGW (remove it)",
+        hosts=(rh.name,))
+
+
+def address_problem(address: str, need_ip: bool) -> str | None:
+    """Why a host address cannot be used (written into zones, resolv.conf, HAProxy)."""
+    try:
+        ipaddress.ip_address(address)
+        return None
+    except ValueError:
+        pass
+    if need_ip:
+        return f"{address!r} is not an IPv4/IPv6 address (it is written into DNS records)"
+    return dns_name_problem(address, min_labels=1)
 
 
 def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
@@ -115,49 +190,77 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
     problems: list[Problem] = []
     owned = known_keys()
     hosts: dict[str, Host] = {}
+    rejected: set[str] = set()
     hosts_file = str(raw.hosts_file)
     for name, rh in sorted(raw.hosts.items()):
         values: dict[str, Any] = {}
+        bad = False
         for key, value in rh.vars.items():
             src = rh.sources.get(key, hosts_file)
+            if not isinstance(key, str):
+                problems.append(Problem(src, repr(key), "a variable name must be a string",
+                                        "quote it or rename it", hosts=(name,)))
+                continue
+            if not key.startswith(OWNED_PREFIXES) and not key.isascii() and \
+                    ascii_skeleton(key).startswith(OWNED_PREFIXES):
+                looks = ascii_skeleton(key)
+                close = difflib.get_close_matches(looks, owned, n=1)
+                problems.append(Problem(src, ascii(key)[1:-1],
+                                        f"looks like {looks} but contains non-ASCII characters "
+                                        "(deploykit and Ansible would ignore it)",
+                                        f"retype it in ASCII{': ' + close[0] if close else ''}",
+                                        hosts=(name,)))
+                continue
             if key.startswith(OWNED_PREFIXES) and key not in owned:
                 close = difflib.get_close_matches(key, owned, n=1)
                 problems.append(Problem(src, key, "unknown key",
                                         f"did you mean {close[0]}?" if close else
-                                        "remove it (see README for the supported keys)"))
+                                        "remove it (see README for the supported keys)",
+                                        hosts=(name,)))
                 continue
             if key not in owned:
                 continue
             if key in SECRET_KEYS:
-                if src not in raw.vault_files and not is_reference(value):
-                    problems.append(Problem(src, key, "secret written inline",
-                                            "move it to group_vars/all/vault.yml "
-                                            "(ansible-vault) and reference it as "
-                                            "'{{ vault_" + key + " }}'"))
-                    continue
-                value, ok = resolve_reference(value, rh.vars)
+                value, ok, problem = _secret_origin(key, value, rh, raw, hosts_file)
+                if problem:
+                    problems.append(problem)
                 if not ok:
                     continue  # locked vault or unset env: unknown until Ansible runs
             values[key] = value
         address = str(rh.vars.get("deploykit_address") or rh.vars.get("ansible_host") or name)
+        why = address_problem(address, need_ip=bool(rh.groups & {"rgw", "dns"}))
+        if why:
+            addr_key = "deploykit_address" if rh.vars.get("deploykit_address") else \
+                "ansible_host"
+            problems.append(Problem(rh.sources.get(addr_key, hosts_file), addr_key, why,
+                                    "give the host's IP address in ansible_host",
+                                    hosts=(name,)))
+            bad = True
         try:
             config = HostConfig.model_validate(values)
         except ValidationError as exc:
             for err in exc.errors():
                 key = str(err["loc"][0]) if err["loc"] else "(host)"
                 detail = ".".join(str(p) for p in err["loc"][1:])
+                message = str(err["msg"]).removeprefix("Value error, ").split("|", 1)[0]
                 problems.append(Problem(rh.sources.get(key, hosts_file),
                                         f"{key}{'.' + detail if detail else ''}",
-                                        f"{err['msg']} (host {name})", _fix_for(dict(err))))
+                                        message.strip(), _fix_for(dict(err)), hosts=(name,)))
+            bad = True
+        if bad:
+            rejected.update(rh.groups)
             continue
         geometry = None
         if "vllm" in rh.groups:
             geometry = _geometry(rh.vars, config, raw.root,
-                                 rh.sources.get("vllm_model", hosts_file), problems)
+                                 rh.sources.get("vllm_model_config"
+                                                if config.vllm_model_config else "vllm_model",
+                                                hosts_file), problems, (name,))
         connection = {k: str(v) for k, v in rh.vars.items() if k in CONNECTION_KEYS}
         hosts[name] = Host(name=name, address=address, groups=frozenset(rh.groups),
                            config=config, sources=dict(rh.sources), geometry=geometry,
                            connection=connection)
     site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
-                secrets_locked=bool(raw.locked_vault_files))
+                secrets_locked=bool(raw.locked_vault_files),
+                rejected_groups=frozenset(rejected))
     return site, problems

@@ -145,7 +145,7 @@ def rollout(site: Site) -> list[RolloutStep]:
     steps += [RolloutStep("coredns", names["dns"]),
               RolloutStep("resolver", names["vllm"]),
               RolloutStep("lmcache", names["vllm"]),
-              RolloutStep("vllm", names["vllm"], serial=site.settings.vllm_serial)]
+              RolloutStep("vllm", names["vllm"], serial=vllm_serial(site))]
     return [s for s in steps if s.hosts]
 
 
@@ -198,3 +198,10 @@ def build_plan(site: Site) -> Plan:
         rollout=rollout(site),
         warnings=_warnings(site, load.pgs_per_osd),
     )
+
+
+def vllm_serial(site: Site) -> int:
+    """serving.yml batches the vllm group by vllm_serial as the serving hosts see it (it is
+    usually set in group_vars/vllm, which the site-wide settings host does not read)."""
+    serving = site.group("vllm")
+    return serving[0].config.vllm_serial if serving else site.settings.vllm_serial

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from deploy_kit.config.site import Host, Site
+from deploy_kit.errors import DeployKitError
+from deploy_kit.exit_codes import ExitCode
 from deploy_kit.render import consul, dns, names, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
@@ -100,20 +103,61 @@ def render_site(site: Site) -> Tree:
     return tree
 
 
+class UnsafeOutput(DeployKitError):
+    """render -o would leave OUT (a symlink already in OUT, a path with '..')."""
+
+    exit_code = ExitCode.USAGE
+
+
+def _safe_relative(host: str, path: str) -> PurePosixPath:
+    rel = PurePosixPath(host) / path.lstrip("/")
+    if host in ("", ".", "..") or "/" in host or any(p in ("..", ".") for p in rel.parts) \
+            or rel.is_absolute():
+        raise UnsafeOutput(f"refusing to write {host}:{path}: it would leave the output "
+                           "directory", hint="host names and paths must be plain and absolute")
+    return rel
+
+
 def write_tree(tree: Tree, out: Path) -> int:
-    """Write DIR/<host>/<absolute path>; returns the number of files written."""
+    """Write DIR/<host>/<absolute path>; returns the number of files written.
+
+    Never leaves `out`: every path is checked to stay inside it, and an existing symlink
+    (or non-directory) anywhere below `out` is refused instead of followed."""
     count = 0
-    made: set[Path] = set()  # most hosts share their directories' shape: mkdir once each
+    out.mkdir(parents=True, exist_ok=True)
+    made: set[PurePosixPath] = set()  # most hosts share their directories' shape: mkdir once
     for host, files in tree.items():
         for path, rendered in files.items():
-            target = out / host / path.lstrip("/")
-            if target.parent not in made:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                made.add(target.parent)
+            rel = _safe_relative(host, path)
+            for depth in range(1, len(rel.parts)):
+                parent = PurePosixPath(*rel.parts[:depth])
+                if parent in made:
+                    continue
+                directory = out / parent
+                try:
+                    os.mkdir(directory)
+                except FileExistsError:
+                    if directory.is_symlink() or not directory.is_dir():
+                        raise UnsafeOutput(f"{directory} exists and is not a plain directory "
+                                           "(a symlink?): refusing to write through it",
+                                           hint="render into an empty directory") from None
+                made.add(parent)
+            target = out / rel
+            # O_NOFOLLOW: an existing symlink at the file's place is refused, not followed;
             # create with the final mode so a secret is never briefly world-readable
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, rendered.mode)
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_NONBLOCK,
+                             rendered.mode)
+            except OSError as exc:
+                raise UnsafeOutput(f"cannot write {target}: {exc.strerror} (a symlink or "
+                                   "special file is in the way?)",
+                                   hint="render into an empty directory") from None
             with os.fdopen(fd, "w") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise UnsafeOutput(f"{target} is not a regular file",
+                                       hint="render into an empty directory")
                 handle.write(rendered.content)
-            os.chmod(target, rendered.mode)
+                os.fchmod(handle.fileno(), rendered.mode)
             count += 1
     return count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from functools import cache
 from typing import Any
 
@@ -37,6 +38,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
+    env.filters["shell_quote"] = shlex.quote
     return env
 
 

@@ -43,8 +43,11 @@ def test_bad_inventory_exit_3_every_problem_one_line_each(
     result = run("render", "-i", str(root), "--out", str(root / "out"))
     assert result.returncode == 3
     lines = [ln for ln in result.stderr.splitlines() if " — " in ln]
-    assert len(lines) == 4  # chunk on two hosts, inline secret, misspelt key
-    assert any("vllm_prot: unknown key — did you mean vllm_port?" in ln for ln in lines)
+    assert len(lines) == 3  # chunk (both hosts named), inline secret, misspelt key
+    assert any("vllm_prot: unknown key (hosts adm1, c1," in ln and
+               ln.endswith("— did you mean vllm_port?") for ln in lines)
+    assert any("lmcache_chunk_size: 250 is not a multiple" in ln and "(hosts gpu1, gpu2)" in ln
+               for ln in lines)
     assert "plain-secret-in-git" not in result.stderr + result.stdout
     assert not (root / "out").exists()  # nothing written, nothing touched
 

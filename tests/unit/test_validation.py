@@ -58,7 +58,10 @@ def test_base_inventory_is_valid(make_inventory: InventoryFactory) -> None:
     ({"all": {"deploykit_s3_access_key": "AKIAINLINE"}}, "deploykit_s3_access_key",
      "secret written inline"),
     ({"vllm": {"lmcache_extra_config": {"aws_secret_access_key": "x"}}},
-     "lmcache_extra_config.aws_secret_access_key", "secret written inline"),
+     "lmcache_extra_config.aws_secret_access_key", "written to lmcache.yaml (0644)"),
+    ({"all": {"deploykit_s3_access_key": "{{ vault_deploykit_s3_access_key }}",
+              "vault_deploykit_s3_access_key": "AKIA"}}, "vault_deploykit_s3_access_key",
+     "secret written inline (reached from deploykit_s3_access_key"),
     ({"all": {"lmcache_version": "0.2.0"}}, "lmcache_version", "not supported"),
     ({"all": {"deploykit_s3_fqdn": "localhost"}}, "deploykit_s3_fqdn", "not a fully qualified"),
     ({"vllm": {"vllm_model": "acme/secret-model"}}, "vllm_model", "no built-in KV geometry"),
@@ -95,16 +98,16 @@ def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str
     {"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 128, "size": 3,
                                              "min_size": 2}]}},
     {"rgw": {"ceph_rgw_count_per_host": 4, "ceph_rgw_host_cpus": 4}},
-    {"all": {"deploykit_s3_access_key": "{{ vault_deploykit_s3_access_key }}",
-             "vault_deploykit_s3_access_key": "AKIA"}},
+    {"all": {"deploykit_s3_access_key": "{{ vault_deploykit_s3_access_key }}"}},  # locked
 ])
 def test_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> None:
     assert problems(make_inventory, **group_vars) == []
 
 
-def test_inline_secret_allowed_in_vault_file(make_inventory: InventoryFactory) -> None:
+def test_secret_in_unencrypted_vault_file_refused(make_inventory: InventoryFactory) -> None:
     root = make_inventory(files={"group_vars/all/vault.yml": "deploykit_s3_secret_key: x\n"})
-    assert open_site(str(root)).hosts["gpu1"].config.deploykit_s3_secret_key is not None
+    with pytest.raises(InventoryError, match="not vault-encrypted .* ansible-vault encrypt"):
+        open_site(str(root))
 
 
 def test_sharing_hosts_must_agree(make_inventory: InventoryFactory) -> None:

@@ -1,0 +1,150 @@
+"""Bounded reads of operator-supplied files: regular files only, size-capped, UTF-8, and
+YAML that refuses duplicate keys, deep nesting, cycles and alias bombs.
+
+Every inventory file and every model config.json deploykit reads goes through here, so a
+FIFO or a device never blocks, a huge file is refused before it is read, and a broken file
+is reported by name instead of crashing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_INVENTORY_BYTES = 4 * 1024 * 1024  # one hosts.yml / group_vars file
+MAX_JSON_BYTES = 16 * 1024 * 1024  # a model's config.json
+MAX_DEPTH = 48  # nesting levels in one YAML/JSON document
+MAX_NODES = 200_000  # containers + scalars after alias expansion
+
+
+class UnreadableFile(ValueError):
+    """A file that cannot be used; the message says why, without the file name."""
+
+
+def read_bytes(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; never blocks on a FIFO/device."""
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or type(exc).__name__) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else
+                    "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else
+                    "a socket" if stat.S_ISSOCK(info.st_mode) else
+                    "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file")
+            raise UnreadableFile(f"is {kind}, not a regular file")
+        if info.st_size > limit:
+            raise UnreadableFile(f"is {info.st_size:,} bytes (limit {limit:,})")
+        chunks: list[bytes] = []
+        total = 0
+        while True:  # the size can grow while reading: stop at the limit regardless
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise UnreadableFile(f"is larger than the limit of {limit:,} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, limit: int = MAX_INVENTORY_BYTES) -> str:
+    data = read_bytes(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UnreadableFile(f"is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line})"
+                             ) from None
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that records duplicate keys and refuses very deep nesting."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int]] = []  # (key, line)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(
+                    None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = self.construct_scalar(key_node)
+                    if key in seen:
+                        self.duplicates.append((str(key), key_node.start_mark.line + 1))
+                    seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def check_structure(data: Any) -> str | None:
+    """Why `data` cannot be used (a cycle, too deep, an alias bomb), or None."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: Any, depth: int) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in on_path:
+            raise UnreadableFile("refers to itself (a recursive YAML alias)")
+        if key in sizes:
+            return sizes[key]
+        if depth > MAX_DEPTH:
+            raise UnreadableFile(f"is nested deeper than {MAX_DEPTH} levels")
+        on_path.add(key)
+        children = list(node.values()) if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_NODES:
+                raise UnreadableFile(f"expands to more than {MAX_NODES:,} values "
+                                     "(YAML aliases)")
+        on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    try:
+        size(data, 0)
+    except UnreadableFile as exc:
+        return str(exc)
+    return None
+
+
+def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
+    """(document, duplicate keys); raises yaml.YAMLError or UnreadableFile."""
+    loader = StrictLoader(text)
+    try:
+        try:
+            data = loader.get_single_data()
+        except RecursionError:
+            raise UnreadableFile(f"is nested deeper than {MAX_DEPTH} levels") from None
+        why = check_structure(data)
+        if why:
+            raise UnreadableFile(why)
+        return data, loader.duplicates
+    finally:
+        loader.dispose()
