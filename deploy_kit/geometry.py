@@ -134,7 +134,7 @@ def from_hf_config(path: Path) -> ModelGeometry:
 
     The read is bounded (a regular file of at most 16 MiB: a FIFO or device is refused at
     once) and every field is type-checked, so a bad file raises ValueError, nothing else."""
-    from deploy_kit.config.safe_read import MAX_JSON_BYTES, check_structure, read_text
+    from deploy_kit.safe_read import MAX_JSON_BYTES, check_structure, read_text
 
     try:
         data: Any = json.loads(read_text(path, MAX_JSON_BYTES))

@@ -53,3 +53,19 @@ def make_inventory(tmp_path: Path) -> InventoryFactory:
         return root
 
     return make
+
+
+VAULT_PASSWORD = "deploykit-test-vault"
+
+
+def encrypt_vault(text: str) -> str:
+    """ansible-vault encrypt, in process (secrets are accepted only from encrypted files)."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    return VaultLib([("default", VaultSecret(VAULT_PASSWORD.encode()))]).encrypt(text).decode()
+
+
+def vault_password_file(directory: Path) -> Path:
+    path = directory / "vault-password"
+    path.write_text(VAULT_PASSWORD + "\n")
+    return path

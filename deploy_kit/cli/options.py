@@ -10,7 +10,9 @@ import typer
 
 InventoryOpt = Annotated[str, typer.Option("--inventory", "-i",
                                            help="inventory name (inventory/<name>) or path")]
+# Ansible's own variable, so CI that already sets it for ansible-playbook needs nothing else.
 VaultOpt = Annotated[Path | None, typer.Option("--vault-password-file",
+                                               envvar="ANSIBLE_VAULT_PASSWORD_FILE",
                                                help="decrypt group_vars vault files")]
 LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern")]
 TagsOpt = Annotated[list[str] | None, typer.Option("--tags", "-t", help="only these tags")]

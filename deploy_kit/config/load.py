@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from deploy_kit.config.safe_read import UnreadableFile, load_yaml, read_text
 from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.safe_read import UnreadableFile, load_yaml, read_text
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
 VAULT_HEADER = "$ANSIBLE_VAULT"

@@ -11,7 +11,9 @@ DOCUMENTATION = r"""
 module: deploykit_ceph_pool
 short_description: Create or adjust a replicated Ceph pool, reporting only real changes
 description: >-
-  Reads the pool with the ceph CLI, compares pg_num, pgp_num, size, min_size, application and autoscale mode with the wanted values, and runs only the commands for the difference; check mode reports them.
+  Reads the pool with the ceph CLI, compares pg_num, pgp_num, size, min_size, application
+  and autoscale mode with the wanted values, and runs only the commands for the difference;
+  check mode reports them.
 options:
   name: {type: str, required: true, description: pool name}
   pg_num: {type: int, required: true, description: placement groups}

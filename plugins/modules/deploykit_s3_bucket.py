@@ -12,7 +12,8 @@ DOCUMENTATION = r"""
 module: deploykit_s3_bucket
 short_description: Create an S3 bucket and set its lifecycle rules only when they differ
 description: >-
-  Creates the bucket when missing and puts the lifecycle configuration only when it differs from the one RGW holds; keys are never logged.
+  Creates the bucket when missing and puts the lifecycle configuration only when it differs
+  from the one RGW holds; keys are never logged.
 options:
   endpoint: {type: str, required: true, description: "http(s)://host:port of one gateway"}
   access_key: {type: str, required: true, no_log: true, description: S3 access key}

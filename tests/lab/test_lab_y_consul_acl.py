@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 import yaml
@@ -38,6 +39,9 @@ def api(path: str, token: str | None = None) -> tuple[int, object]:
         return exc.code, exc.read().decode(errors="replace")
 
 
+LAB_VAULT_PASSWORD = Path("/var/lib/deploykit-lab/vault-password")
+
+
 @pytest.fixture(scope="module")
 def secured(converged: Lab) -> dict[str, str]:
     secrets = {"consul_acl_management_token": str(uuid.uuid4()),
@@ -47,8 +51,17 @@ def secured(converged: Lab) -> dict[str, str]:
                "consul_gossip_key": base64.b64encode(os.urandom(32)).decode()}
     group_vars = REPO / "inventory/lab/group_vars/all"
     vault = group_vars / "vault.yml"
-    vault.write_text(yaml.safe_dump(secrets))
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    # secrets only from vault-encrypted files: the rest of the session decrypts with the
+    # password file through ANSIBLE_VAULT_PASSWORD_FILE, as a CI rollout would
+    password = LAB_VAULT_PASSWORD
+    password.write_text(base64.b64encode(os.urandom(24)).decode() + "\n")
+    password.chmod(0o600)
+    secret = VaultSecret(password.read_text().strip().encode())
+    vault.write_text(VaultLib([("default", secret)]).encrypt(yaml.safe_dump(secrets)).decode())
     vault.chmod(0o600)
+    os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(password)
     (group_vars / "consul-secure.yml").write_text(yaml.safe_dump(
         {"consul_acl_enabled": True, "consul_gossip_encryption": True}))
     summary = converged.converge()

@@ -23,11 +23,16 @@ KEY = base64.b64encode(bytes(range(32))).decode()
 def secure_site(make_inventory: InventoryFactory, **vault: str):  # type: ignore[no-untyped-def]
     vault_text = "\n".join(f"{k}: {json.dumps(v)}" for k, v in {**TOKENS, "consul_gossip_key": KEY,
                                                                **vault}.items())
-    root = make_inventory(files={"group_vars/all/vault.yml": vault_text}, all={
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    encrypted = VaultLib([("default", VaultSecret(b"pw"))]).encrypt(vault_text).decode()
+    root = make_inventory(files={"group_vars/all/vault.yml": encrypted}, all={
         "deploykit_dns_mode": "consul", "consul_acl_enabled": True,
         "consul_gossip_encryption": True, "consul_check_interval": "1s",
         "consul_raft_multiplier": 1, "consul_retry_interval": "2s"})
-    return open_site(str(root))
+    password = root / "vault-password"
+    password.write_text("pw\n")
+    return open_site(str(root), password)
 
 
 def test_options_render_into_the_agent_config_without_secrets(make_inventory, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import render_site
 from deploy_kit.render.vllm import vllm_argv, vllm_env
 from deploy_kit.verify.checks.serving import rope_override_problems
-from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+from tests.conftest import BASE_HOSTS, REPO, InventoryFactory, encrypt_vault, vault_password_file
 
 EXAMPLE = REPO / "inventory" / "example"
 FSID = "00000000-0000-0000-0000-000000000000"
@@ -105,8 +105,9 @@ def test_rope_theta_unknown_is_a_problem_and_legacy_keeps_the_flag(
 def test_served_model_name_and_api_key_never_in_argv(make_inventory: InventoryFactory) -> None:
     inv = make_inventory(BASE_HOSTS, all={"vllm_served_model_name": "qwen",
                                           "vllm_api_key": "{{ vault_vllm_api_key }}"},
-                         files={"group_vars/all/vault.yml": "vault_vllm_api_key: sk-not-real\n"})
-    site = open_site(str(inv))
+                         files={"group_vars/all/vault.yml":
+                                encrypt_vault("vault_vllm_api_key: sk-not-real\n")})
+    site = open_site(str(inv), vault_password_file(inv))
     host = site.hosts["gpu1"]
     argv = vllm_argv(host)
     assert argv[argv.index("--served-model-name") + 1] == "qwen"
