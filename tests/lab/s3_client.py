@@ -1,5 +1,5 @@
 """The main part of a tiny S3 client that runs *on a lab host*: the test sends
-deploy_kit/verify/probes/sigv4.py (stdlib only) followed by this file over SSH stdin, so
+deploy_kit/transport/sigv4.py (stdlib only) followed by this file over SSH stdin, so
 keys travel in the script text, never in argv. It PUTs a random object through the
 virtual-hosted bucket name (resolved by the host's resolver), GETs it back, compares and
 deletes it. Placeholders are filled in by the test."""

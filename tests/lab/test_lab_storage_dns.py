@@ -59,7 +59,7 @@ def test_64mib_object_round_trips_through_the_name(converged: Lab) -> None:
         ["radosgw-admin", "--conf", "/var/lib/deploykit-lab/ceph/ceph.conf", "user", "info",
          "--uid", "lmcache"], check=True, capture_output=True, text=True).stdout)
     key = info["keys"][0]
-    script = (REPO / "deploy_kit/verify/probes/sigv4.py").read_text() + "\n" + \
+    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
         (Path(__file__).parent / "s3_client.py").read_text()
     for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
                                "__HOST__": "lmcache.s3.lab.test",
