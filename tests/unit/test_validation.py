@@ -106,7 +106,7 @@ def test_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> None
 
 def test_secret_in_unencrypted_vault_file_refused(make_inventory: InventoryFactory) -> None:
     root = make_inventory(files={"group_vars/all/vault.yml": "deploykit_s3_secret_key: x\n"})
-    with pytest.raises(InventoryError, match="not vault-encrypted .* ansible-vault encrypt"):
+    with pytest.raises(InventoryError, match=r"not vault-encrypted .* ansible-vault encrypt"):
         open_site(str(root))
 
 
