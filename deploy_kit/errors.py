@@ -32,7 +32,7 @@ class Problem:
         return f"{self.file}: {self.key}: {self.message}{hosts_note(self.hosts)} — {self.fix}"
 
 
-def hosts_note(hosts: tuple[str, ...], shown: int = 6) -> str:
+def hosts_note(hosts: tuple[str, ...], shown: int = 8) -> str:
     if not hosts:
         return ""
     names = ", ".join(hosts[:shown]) + (f", … ({len(hosts)} hosts)" if len(hosts) > shown

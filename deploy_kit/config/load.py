@@ -40,6 +40,7 @@ class RawInventory:
     plain_vault_files: set[str] = field(default_factory=set)  # vault*.yml not encrypted
     problems: list[Problem] = field(default_factory=list)  # load_inventory(collect=True)
     hosts_file_broken: bool = False  # hosts.yml unreadable: no host list to validate
+    broken_groups: set[str] = field(default_factory=set)  # groups whose hosts: did not load
 
 
 def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
@@ -104,13 +105,15 @@ def _decrypt(text: str, password: str, path: Path, problems: list[Problem]) -> s
 def _vars_files(base: Path, name: str) -> list[Path]:
     """group_vars/<name>.yml or group_vars/<name>/*.yml (sorted), as Ansible reads them."""
     files: list[Path] = []
+    # anything that is not a directory is read (and a FIFO or device reported, not skipped)
     for suffix in ("", ".yml", ".yaml"):
         p = base / f"{name}{suffix}"
-        if p.is_file():
+        if p.exists() and not p.is_dir():
             files.append(p)
     d = base / name
     if d.is_dir():
-        files += sorted(f for f in d.iterdir() if f.suffix in (".yml", ".yaml") and f.is_file())
+        files += sorted(f for f in d.iterdir() if f.suffix in (".yml", ".yaml")
+                        and not f.is_dir())
     return files
 
 
@@ -129,8 +132,32 @@ def name_problem(name: str) -> str | None:
 
 def _walk_groups(name: str, node: Any, depth: int, parents: list[str],
                  hosts: dict[str, RawHost], group_vars: dict[str, tuple[dict[str, Any], str]],
-                 depths: dict[str, int], hosts_file: str, problems: list[Problem]) -> None:
-    where = ".".join([*parents, name])
+                 depths: dict[str, int], hosts_file: str, problems: list[Problem],
+                 broken: set[str] | None = None) -> None:
+    """Walk one group; groups whose host list could not be read are added to `broken` (so
+    no rule claims they have no hosts)."""
+    broken = set() if broken is None else broken
+    before = len(problems)
+    _walk_group(name, node, depth, parents, hosts, group_vars, depths, hosts_file,
+                problems, broken)
+    for problem in problems[before:]:
+        broken.add(_owning_group(problem.key))
+
+
+def _owning_group(key: str) -> str:
+    """`all.children.rgw.hosts.x` -> rgw: the group whose own entry holds the problem."""
+    parts = key.split(".")
+    owner, i = parts[0], 1
+    while i < len(parts) - 1 and parts[i] == "children":
+        owner, i = parts[i + 1], i + 2
+    return owner
+
+
+def _walk_group(name: str, node: Any, depth: int, parents: list[str],
+                hosts: dict[str, RawHost], group_vars: dict[str, tuple[dict[str, Any], str]],
+                depths: dict[str, int], hosts_file: str, problems: list[Problem],
+                broken: set[str]) -> None:
+    where = ".".join(["all", *(f"children.{g}" for g in [*parents, name][1:])])
     if node is None:
         node = {}
     if not isinstance(node, dict):
@@ -195,7 +222,7 @@ def _walk_groups(name: str, node: Any, depth: int, parents: list[str],
                                     "rename the group"))
             continue
         _walk_groups(str(child), child_node, depth + 1, [*parents, name], hosts, group_vars,
-                     depths, hosts_file, problems)
+                     depths, hosts_file, problems, broken)
 
 
 def load_inventory(path: Path, vault_password: str | None = None, *,
@@ -214,6 +241,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
     hosts: dict[str, RawHost] = {}
     inline_group_vars: dict[str, tuple[dict[str, Any], str]] = {}
     depths: dict[str, int] = {}
+    broken_groups: set[str] = set()
     if not isinstance(doc, dict) or "all" not in doc:
         if not hosts_file_broken:
             problems.append(Problem(str(hosts_file), "all", "top-level group `all` is missing",
@@ -222,7 +250,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
         hosts_file_broken = True
     else:
         _walk_groups("all", doc["all"], 0, [], hosts, inline_group_vars, depths,
-                     str(hosts_file), problems)
+                     str(hosts_file), problems, broken_groups)
     plain_vault_files: set[str] = set()
     ordered_groups = sorted(depths, key=lambda g: (depths[g], g))
     group_files = {g: _vars_files(path / "group_vars", g) for g in ordered_groups}
@@ -272,7 +300,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
     return RawInventory(root=path, hosts_file=hosts_file, hosts=hosts, group_depth=depths,
                         vault_files=set(encrypted), locked_vault_files=sorted(set(locked)),
                         plain_vault_files=plain_vault_files, problems=problems,
-                        hosts_file_broken=hosts_file_broken)
+                        hosts_file_broken=hosts_file_broken, broken_groups=broken_groups)
 
 _SIMPLE_REF = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _ENV_REF = re.compile(

@@ -240,19 +240,6 @@ class HostConfig(BaseModel):
             raise ValueError(f"{why}|use a name such as s3.example.com")
         return value
 
-    @field_validator("deploykit_address")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            ipaddress.ip_address(value)
-        except ValueError:
-            why = dns_name_problem(value, min_labels=1)
-            if why:
-                raise ValueError(f"{why}|give an IPv4/IPv6 address") from None
-        return value
-
     @field_validator("deploykit_s3_region")
     @classmethod
     def _region(cls, value: str) -> str:

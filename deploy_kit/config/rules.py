@@ -47,7 +47,7 @@ def groups_present(site: Site) -> Iterator[Problem]:
     if site.settings.deploykit_dns_mode == "consul":
         needed.append("consul_servers")
     for group in needed:
-        if not site.group(group) and group not in site.rejected_groups:
+        if not site.group(group) and not {group, "all"} & site.rejected_groups:
             yield Problem(site.hosts_file, group, "group has no hosts",
                           f"add at least one host under children: {group}:")
     for host in site.group("vllm"):

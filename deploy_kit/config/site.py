@@ -239,15 +239,25 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
         try:
             config = HostConfig.model_validate(values)
         except ValidationError as exc:
+            failed: set[str] = set()
             for err in exc.errors():
                 key = str(err["loc"][0]) if err["loc"] else "(host)"
+                failed.add(key)
                 detail = ".".join(str(p) for p in err["loc"][1:])
                 message = str(err["msg"]).removeprefix("Value error, ").split("|", 1)[0]
                 problems.append(Problem(rh.sources.get(key, hosts_file),
                                         f"{key}{'.' + detail if detail else ''}",
                                         message.strip(), _fix_for(dict(err)), hosts=(name,)))
             bad = True
-        if bad:
+            # keep checking the rest of the host (its other, independent problems) with the
+            # bad values left at their defaults; the site is invalid either way
+            try:
+                config = HostConfig.model_validate(
+                    {k: v for k, v in values.items() if k not in failed})
+            except ValidationError:
+                rejected.update(rh.groups)
+                continue
+        if bad and address_problem(address, need_ip=bool(rh.groups & {"rgw", "dns"})):
             rejected.update(rh.groups)
             continue
         geometry = None
@@ -262,5 +272,5 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                            connection=connection)
     site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
                 secrets_locked=bool(raw.locked_vault_files),
-                rejected_groups=frozenset(rejected))
+                rejected_groups=frozenset(rejected | raw.broken_groups))
     return site, problems

@@ -1,0 +1,404 @@
+"""A corpus of bad inventories (operator mistakes and hostile input), each a mutation of one
+small valid site. For every one, through the real CLI (`validate` and `render -o OUT`):
+exit 3, exactly one message per problem naming the file, the key and the hosts with a hint,
+no traceback, a bounded time (the subprocess timeout), nothing written anywhere (render
+refuses before writing, so not even OUT exists) and no secret echoed.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import BASE_HOSTS
+
+Files = dict[str, Any]  # relative path -> dict (YAML-dumped), str or bytes
+Mutation = Callable[[Files, Path], None]
+ALL_HOSTS = ("adm1", "c1", "dns1", "gpu1", "gpu2", "rgw1", "rgw2")
+VLLM = ("gpu1", "gpu2")
+SECRET = "Corpus-Secret-Value-4711"  # must never appear in any output
+TIMEOUT_S = 60  # both commands of one case; a hang (a FIFO read) fails the case
+
+
+def base_files() -> Files:
+    return {"hosts.yml": copy.deepcopy(BASE_HOSTS), "group_vars/all.yml": {},
+            "group_vars/vllm.yml": {}, "group_vars/rgw.yml": {},
+            "group_vars/ceph_admin.yml": {}, "group_vars/dns.yml": {}}
+
+
+def groups(files: Files) -> dict[str, Any]:
+    hosts: dict[str, Any] = files["hosts.yml"]["all"]["children"]
+    return hosts
+
+
+def gv(group: str, **values: Any) -> Mutation:
+    def mutate(files: Files, root: Path) -> None:
+        files[f"group_vars/{group}.yml"].update(values)
+    return mutate
+
+
+def raw(path: str, content: str | bytes) -> Mutation:
+    def mutate(files: Files, root: Path) -> None:
+        files[path] = content
+    return mutate
+
+
+def hosts(fn: Callable[[dict[str, Any]], None]) -> Mutation:
+    def mutate(files: Files, root: Path) -> None:
+        fn(groups(files))
+    return mutate
+
+
+def both(*mutations: Mutation) -> Mutation:
+    def mutate(files: Files, root: Path) -> None:
+        for m in mutations:
+            m(files, root)
+    return mutate
+
+
+def model_config(make: Callable[[Path], None]) -> Mutation:
+    """vllm_model_config pointing at a path the case creates (a FIFO, a device, JSON...)."""
+    def mutate(files: Files, root: Path) -> None:
+        target = root / "model" / "config.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        make(target)
+        files["group_vars/vllm.yml"]["vllm_model_config"] = str(target)
+    return mutate
+
+
+def json_text(text: str) -> Callable[[Path], None]:
+    return lambda p: p.write_text(text)
+
+
+def sparse(size: int) -> Callable[[Path], None]:
+    def make(p: Path) -> None:
+        with p.open("wb") as f:
+            f.truncate(size)
+    return make
+
+
+def symlink_to(target: str) -> Callable[[Path], None]:
+    return lambda p: p.symlink_to(target)
+
+
+def set_host(group: str, host: str, value: Any) -> Mutation:
+    return hosts(lambda g: g[group]["hosts"].__setitem__(host, value))
+
+
+def rename_host(group: str, old: str, new: str) -> Mutation:
+    def fn(g: dict[str, Any]) -> None:
+        g[group]["hosts"][new] = g[group]["hosts"].pop(old)
+    return hosts(fn)
+
+
+def nested(depth: int) -> str:
+    lines = ["lmcache_extra_config:"]
+    lines += [" " * (2 * i) + f"k{i}:" for i in range(1, depth)]
+    return "\n".join(lines) + " 1\n"
+
+
+def bomb() -> str:
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, 9):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    lines.append("vllm_extra_args: *a8")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    mutate: Mutation
+    file: str  # the file the message must name (suffix of the path)
+    key: str  # the key the message must name (prefix match)
+    hosts: tuple[str, ...] = ()  # every host the message must name
+    also: tuple[tuple[str, str], ...] = ()  # further (file, key) problems expected
+    env: dict[str, str] = field(default_factory=dict)
+
+
+H = "hosts.yml"
+ALLF, VF, RF, AF, DF = ("group_vars/all.yml", "group_vars/vllm.yml", "group_vars/rgw.yml",
+                        "group_vars/ceph_admin.yml", "group_vars/dns.yml")
+REF = "{{ lookup('env', 'DK_CORPUS_SECRET') }}"
+
+CASES = [
+    # --- structure: wrong YAML types where Ansible expects mappings -----------------------
+    Case("group-hosts-list", hosts(lambda g: g["rgw"].__setitem__("hosts", ["rgw1", "rgw2"])),
+         H, "all.children.rgw.hosts"),
+    Case("group-hosts-scalar", hosts(lambda g: g["rgw"].__setitem__("hosts", "rgw1")),
+         H, "all.children.rgw.hosts"),
+    Case("group-children-list", hosts(lambda g: g["vllm"].__setitem__("children", ["x"])),
+         H, "all.children.vllm.children"),
+    Case("all-children-scalar", raw(H, "all:\n  children: rgw\n"), H, "all.children"),
+    Case("host-entry-list", set_host("rgw", "rgw1", ["10.0.0.11"]), H,
+         "all.children.rgw.hosts.rgw1"),
+    Case("host-entry-scalar", set_host("dns", "dns1", "10.0.0.31"), H,
+         "all.children.dns.hosts.dns1"),
+    Case("group-vars-list", hosts(lambda g: g["rgw"].__setitem__("vars", ["a", "b"])),
+         H, "all.children.rgw.vars"),
+    Case("group-node-list", hosts(lambda g: g.__setitem__("dns", ["dns1"])), H,
+         "all.children.dns"),
+    Case("group-misspelt-hosts", hosts(lambda g: g["consul_servers"].__setitem__(
+        "host", {"c2": None})), H, "all.children.consul_servers.host"),
+    Case("no-all-group", raw(H, "rgw:\n  hosts: {rgw1: {}}\n"), H, "all"),
+    Case("group-vars-file-list", raw(VF, "- vllm_port: 1\n"), VF, "(file)"),
+    Case("group-vars-file-scalar", raw(RF, "just text\n"), RF, "(file)"),
+    Case("var-name-not-string", raw(ALLF, "1: x\n"), ALLF, "1", ALL_HOSTS),
+    # --- unreadable files: named, bounded -------------------------------------------------
+    Case("non-utf8-group-vars", raw(VF, b"vllm_port: 8000\nvllm_model: \xff\xfe\n"), VF,
+         "(file)"),
+    Case("non-utf8-hosts", raw(H, b"all:\n  children: {rgw: {hosts: {r\xe9: {}}}}\n"), H,
+         "(file)"),
+    Case("deep-flow-nesting", raw(ALLF, "x: " + "[" * 300 + "]" * 300 + "\n"), ALLF, "line"),
+    Case("deep-block-nesting", raw(VF, nested(120)), VF, "line"),
+    Case("recursive-alias", raw(VF, "lmcache_extra_config: &x {s3_region: *x}\n"), VF,
+         "(file)"),
+    Case("alias-bomb", raw(VF, bomb()), VF, "(file)"),
+    Case("group-vars-fifo", lambda files, root: (root / "group_vars" / "all").mkdir(
+        parents=True) or
+         os.mkfifo(root / "group_vars" / "all" / "pipe.yml"), "group_vars/all/pipe.yml",
+         "(file)"),
+    Case("yaml-syntax-error", raw(RF, "ceph_rgw_count_per_host: [4\n"), RF, "line"),
+    Case("yaml-error-does-not-hide-others",
+         both(raw(RF, "ceph_rgw_count_per_host: [4\n"), gv("vllm", lmcache_chunk_size=250)),
+         RF, "line", also=((VF, "lmcache_chunk_size"),)),
+    Case("hosts-yaml-error-and-group-vars-error",
+         both(raw(H, "all:\n  children: {rgw: [\n"), raw(DF, "coredns_port: {\n")), H, "line",
+         also=((DF, "line"),)),
+    Case("duplicate-key", raw(ALLF, "deploykit_s3_port: 80\ndeploykit_s3_port: 81\n"), ALLF,
+         "deploykit_s3_port"),
+    Case("duplicate-host", raw(H, yaml.safe_dump(BASE_HOSTS).replace("rgw2:", "rgw1:")), H,
+         "rgw1"),
+    # --- model config.json ----------------------------------------------------------------
+    Case("model-config-fifo", model_config(os.mkfifo), VF, "vllm_model_config", VLLM),
+    Case("model-config-device", model_config(symlink_to("/dev/zero")), VF,
+         "vllm_model_config", VLLM),
+    Case("model-config-list", model_config(json_text("[1, 2, 3]")), VF, "vllm_model_config",
+         VLLM),
+    Case("model-config-zero-heads", model_config(json_text(
+        '{"num_hidden_layers": 4, "num_attention_heads": 0, "hidden_size": 64}')), VF,
+        "vllm_model_config", VLLM),
+    Case("model-config-zero-kv-heads", model_config(json_text(
+        '{"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 0, '
+        '"hidden_size": 512}')), VF, "vllm_model_config", VLLM),
+    Case("model-config-string-layers", model_config(json_text(
+        '{"num_hidden_layers": "many", "num_attention_heads": 8, "hidden_size": 512}')), VF,
+        "vllm_model_config", VLLM),
+    Case("model-config-not-json", model_config(json_text("{not json")), VF,
+         "vllm_model_config", VLLM),
+    Case("model-config-huge", model_config(sparse(64 * 1024 * 1024)), VF, "vllm_model_config",
+         VLLM),
+    Case("model-config-directory", model_config(lambda p: p.mkdir()), VF,
+         "vllm_model_config", VLLM),
+    Case("model-config-missing", model_config(lambda p: None), VF, "vllm_model_config", VLLM),
+    # --- versions ------------------------------------------------------------------------
+    Case("vllm-version-unsupported-default-block", gv("all", vllm_version="0.1.0"), ALLF,
+         "vllm_version", ALL_HOSTS),
+    Case("lmcache-version-unsupported", gv("vllm", lmcache_version="9.9.9"), VF,
+         "lmcache_version", VLLM),
+    # --- names and paths that would leave OUT ---------------------------------------------
+    Case("host-name-dotdot", rename_host("rgw", "rgw2", "../../etc"), H,
+         "all.children.rgw.hosts.../../etc"),
+    Case("host-name-absolute", lambda files, root: groups(files)["rgw"]["hosts"].__setitem__(
+        str(root.parent / "escaped"), {"ansible_host": "10.0.0.13"}), H,
+        "all.children.rgw.hosts./"),
+    Case("host-name-space", rename_host("dns", "dns1", "dns 1"), H, "all.children.dns.hosts"),
+    Case("host-name-cluster-dir", rename_host("vllm", "gpu2", "_cluster"), H,
+         "all.children.vllm.hosts._cluster"),
+    Case("group-name-dotdot", hosts(lambda g: g.__setitem__("../x", {"hosts": {"z": None}})),
+         H, "all.children.../x"),
+    Case("config-dir-dotdot", gv("vllm", lmcache_config_dir="../../etc"), VF,
+         "lmcache_config_dir", VLLM),
+    Case("config-dir-not-normalised", gv("vllm", lmcache_config_dir="/etc/deploykit/../.."),
+         VF, "lmcache_config_dir", VLLM),
+    Case("config-dir-relative", gv("all", lmcache_config_dir="etc/deploykit"), ALLF,
+         "lmcache_config_dir", ALL_HOSTS),
+    Case("venv-trailing-slash", gv("vllm", vllm_venv="/opt/vllm/"), VF, "vllm_venv", VLLM),
+    Case("consul-data-dir-dotdot", gv("all", consul_data_dir="/opt/../../consul"), ALLF,
+         "consul_data_dir", ALL_HOSTS),
+    # --- secrets -------------------------------------------------------------------------
+    Case("secret-inline", gv("all", deploykit_s3_secret_key=SECRET), ALLF,
+         "deploykit_s3_secret_key", ALL_HOSTS),
+    Case("secret-through-plain-var", gv("all", deploykit_s3_secret_key="{{ my_secret }}",
+                                        my_secret=SECRET), ALLF, "my_secret", ALL_HOSTS),
+    Case("secret-through-var-chain", both(
+        gv("vllm", deploykit_s3_access_key="{{ a_key }}", a_key="{{ b_key }}"),
+        raw("host_vars/gpu1.yml", f"b_key: {SECRET}\n")), "host_vars/gpu1.yml", "b_key",
+        ("gpu1",)),
+    Case("secret-in-unencrypted-vault", both(
+        raw("group_vars/all/vault.yml", f"vault_deploykit_s3_secret_key: {SECRET}\n"),
+        gv("all", deploykit_s3_secret_key="{{ vault_deploykit_s3_secret_key }}")),
+        "group_vars/all/vault.yml", "vault_deploykit_s3_secret_key", ALL_HOSTS),
+    Case("secret-non-string", gv("all", deploykit_s3_access_key=[SECRET]), ALLF,
+         "deploykit_s3_access_key", ALL_HOSTS),
+    Case("secret-in-vllm-extra-env", gv("vllm", vllm_extra_env={
+        "AWS_SECRET_ACCESS_KEY": SECRET}), VF, "vllm_extra_env.AWS_SECRET_ACCESS_KEY", VLLM),
+    Case("token-in-vllm-extra-env", gv("vllm", vllm_extra_env={"HF_TOKEN": SECRET}), VF,
+         "vllm_extra_env.HF_TOKEN", VLLM),
+    Case("secret-in-lmcache-extra-config", gv("vllm", lmcache_extra_config={
+        "aws_access_key_id": SECRET}), VF, "lmcache_extra_config.aws_access_key_id", VLLM),
+    Case("secret-nested-in-lmcache-extra-config", gv("vllm", lmcache_extra_config={
+        "nixl_backend_params": {"secret_key": SECRET}}), VF,
+        "lmcache_extra_config.nixl_backend_params.secret_key", VLLM),
+    Case("secret-copied-into-extra-args", both(
+        gv("all", deploykit_s3_secret_key=REF),
+        gv("vllm", vllm_extra_args=["--api-key", SECRET])), VF, "vllm_extra_args", VLLM,
+        env={"DK_CORPUS_SECRET": SECRET}),
+    # --- injection into config text -------------------------------------------------------
+    Case("fqdn-newline", gv("all", deploykit_s3_fqdn="s3.example.com\n  forward . 6.6.6.6"),
+         ALLF, "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("fqdn-label-too-long", gv("all", deploykit_s3_fqdn="s3." + "a" * 64 + ".com"), ALLF,
+         "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("fqdn-too-long", gv("all", deploykit_s3_fqdn=".".join(["abcdefgh"] * 30)), ALLF,
+         "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("fqdn-space", gv("all", deploykit_s3_fqdn="s3.exa mple.com"), ALLF,
+         "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("fqdn-single-label", gv("all", deploykit_s3_fqdn="localhost"), ALLF,
+         "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("fqdn-brace", gv("all", deploykit_s3_fqdn="s3.example.com {"), ALLF,
+         "deploykit_s3_fqdn", ALL_HOSTS),
+    Case("address-shell", set_host("rgw", "rgw1", {"ansible_host": "10.0.0.11; rm -rf /"}),
+         H, "ansible_host", ("rgw1",)),
+    Case("rgw-address-not-ip", set_host("rgw", "rgw1", {"ansible_host": "rgw1.example.com"}),
+         H, "ansible_host", ("rgw1",)),
+    Case("dns-address-newline", raw("host_vars/dns1.yml",
+                                    'deploykit_address: "10.0.0.31\\nnameserver 6.6.6.6"\n'),
+         "host_vars/dns1.yml", "deploykit_address", ("dns1",)),
+    Case("serving-address-cidr", set_host("vllm", "gpu1", {"ansible_host": "10.0.1.1/24",
+                                                           "vllm_accelerator": "cuda"}),
+         H, "ansible_host", ("gpu1",)),
+    Case("upstream-injection", gv("dns", coredns_upstream=["8.8.8.8\n}\n. {\n forward . x"]),
+         DF, "coredns_upstream", ("dns1",)),
+    Case("upstream-bad-port", gv("dns", coredns_upstream=["8.8.8.8:99999"]), DF,
+         "coredns_upstream", ("dns1",)),
+    Case("upstream-relative-path", gv("dns", coredns_upstream=["resolv.conf"]), DF,
+         "coredns_upstream", ("dns1",)),
+    Case("rgw-network-injection", gv("rgw", ceph_rgw_networks=["10.0.0.0/24\nplacement: x"]),
+         RF, "ceph_rgw_networks", ("rgw1", "rgw2")),
+    Case("rgw-network-no-prefix", gv("rgw", ceph_rgw_networks=["10.0.0.0"]), RF,
+         "ceph_rgw_networks", ("rgw1", "rgw2")),
+    Case("rgw-network-bad-prefix", gv("rgw", ceph_rgw_networks=["10.0.0.0/33"]), RF,
+         "ceph_rgw_networks", ("rgw1", "rgw2")),
+    Case("pool-name-shell", gv("ceph_admin", ceph_rgw_pools_list=[
+        {"name": "data; rm -rf /", "pg_num": 64}]), AF, "ceph_rgw_pools_list.0.name", ("adm1",)),
+    Case("pool-name-empty", gv("ceph_admin", ceph_rgw_pools_list=[{"name": "", "pg_num": 64}]),
+         AF, "ceph_rgw_pools_list.0.name", ("adm1",)),
+    Case("pool-application-subshell", gv("ceph_admin", ceph_rgw_pools_list=[
+        {"name": "p", "pg_num": 64, "application": "rgw $(id)"}]), AF,
+        "ceph_rgw_pools_list.0.application", ("adm1",)),
+    # --- accepted before, cannot work -----------------------------------------------------
+    Case("duplicate-rgw-address", set_host("rgw", "rgw2", {"ansible_host": "10.0.0.11"}), H,
+         "ansible_host", ("rgw1", "rgw2")),
+    Case("tp-does-not-divide-kv-heads", gv("vllm", vllm_tensor_parallel_size=3), VF,
+         "vllm_tensor_parallel_size", VLLM),
+    Case("chunk-longer-than-context", gv("vllm", lmcache_chunk_size=512,
+                                         vllm_max_model_len=256), VF, "lmcache_chunk_size",
+         VLLM),
+    Case("tls-on-disable-tls-true", both(gv("all", deploykit_s3_tls=True),
+                                         gv("vllm", lmcache_extra_config={"disable_tls": True})),
+         VF, "lmcache_extra_config.disable_tls", VLLM),
+    Case("tls-off-disable-tls-false", gv("vllm", lmcache_extra_config={"disable_tls": False}),
+         VF, "lmcache_extra_config.disable_tls", VLLM),
+    Case("s3-region-empty", gv("all", deploykit_s3_region=""), ALLF, "deploykit_s3_region",
+         ALL_HOSTS),
+    Case("s3-region-space", gv("all", deploykit_s3_region="us east"), ALLF,
+         "deploykit_s3_region", ALL_HOSTS),
+    Case("homoglyph-cyrillic", gv("vllm", **{"vll\u043c_model": "x"}), VF,
+         "vll\\u043c_model", VLLM),
+    Case("homoglyph-fullwidth", gv("all", **{"\uff56\uff4c\uff4c\uff4d_port": 1}), ALLF,
+         "\\uff56", ALL_HOSTS),
+    Case("homoglyph-greek", gv("dns", **{"c\u03bfredns_port": 53}), DF, "c\\u03bfredns_port",
+         ("dns1",)),
+    # --- one site-wide bad value: one message, every host, no "group has no hosts" --------
+    Case("site-port-not-int", gv("all", deploykit_s3_port="eighty"), ALLF,
+         "deploykit_s3_port", ALL_HOSTS),
+    Case("site-dns-mode-bogus", gv("all", deploykit_dns_mode="bogus"), ALLF,
+         "deploykit_dns_mode", ALL_HOSTS),
+    Case("site-misspelt-key", gv("all", deploykit_s3_fqnd="s3.example.com"), ALLF,
+         "deploykit_s3_fqnd", ALL_HOSTS),
+    Case("vllm-port-not-int", gv("vllm", vllm_port="x"), VF, "vllm_port", VLLM),
+    Case("rgw-count-negative", gv("rgw", ceph_rgw_count_per_host=-1), RF,
+         "ceph_rgw_count_per_host", ("rgw1", "rgw2")),
+    Case("extra-args-not-list", gv("vllm", vllm_extra_args="--enforce-eager"), VF,
+         "vllm_extra_args", VLLM),
+]
+
+DRIVER = """
+import sys
+from deploy_kit.cli.app import main
+for argv in (["validate", "-i", sys.argv[1]], ["render", "-i", sys.argv[1], "-o", sys.argv[2]]):
+    print("@@@", argv[0], flush=True)
+    sys.stderr.write("@@@ " + argv[0] + "\\n")
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    sys.stderr.flush()
+    print("@@@ rc", code, flush=True)
+"""
+
+
+def write(root: Path, files: Files) -> None:
+    for rel, content in files.items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        elif isinstance(content, str):
+            target.write_text(content)
+        else:
+            target.write_text(yaml.safe_dump(content, allow_unicode=True))
+
+
+def snapshot(top: Path) -> set[str]:
+    return {str(p.relative_to(top)) for p in top.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_inventory(case: Case, tmp_path: Path) -> None:
+    work = tmp_path / "case"
+    root = work / "inv"
+    root.mkdir(parents=True)
+    files = base_files()
+    case.mutate(files, root)
+    write(root, files)
+    before = snapshot(tmp_path)
+    out = work / "out"
+    result = subprocess.run([sys.executable, "-c", DRIVER, str(root), str(out)],
+                            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=work,
+                            env={**os.environ, "COLUMNS": "400", **case.env})
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert result.stdout.count("@@@ rc 3") == 2, text  # validate and render
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert SECRET not in text
+    assert snapshot(tmp_path) == before  # nothing written: not OUT, not outside it
+    for command in result.stderr.split("@@@ ")[1:]:
+        lines = [ln for ln in command.splitlines() if " — " in ln]
+        expected = [(case.file, case.key), *case.also]
+        assert len(lines) == len(expected), "\n".join(lines)
+        for file, key in expected:
+            hits = [ln for ln in lines if f"{file}: {key}" in ln]
+            assert len(hits) == 1, (file, key, lines)
+        line = next(ln for ln in lines if f"{case.file}: {case.key}" in ln)
+        assert line.split(" — ", 1)[1].strip(), line  # a hint
+        for host in case.hosts:
+            assert host in line.split(" — ", 1)[0], (host, line)
+        assert "group has no hosts" not in command
+
+
+def test_corpus_size() -> None:
+    assert len(CASES) >= 60
+    assert len({c.name for c in CASES}) == len(CASES)
+
