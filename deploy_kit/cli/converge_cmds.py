@@ -58,16 +58,18 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
         extra_vars_files=options.extra_vars + run_files,
         vault_password_file=vault_password_file.resolve() if vault_password_file else None,
         verbosity=options.verbose)
-    if options.print_command:
-        sys.stdout.write(printable(request) + "\n")
-        return
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
+    # Also for --print-command, so the printed command runs as it is.
     record_dir = new_record_dir(verb)
     rendered = record_dir / "rendered"
     write_run_tree(site, rendered)
     run_vars = record_dir / "run-vars.json"
     run_vars.write_text(json.dumps(playbook_vars(site, rendered)) + "\n")
-    request = replace(request, extra_vars_files=(*request.extra_vars_files, run_vars))
+    # first in the list: a later -e from the command line still wins
+    request = replace(request, extra_vars_files=(run_vars, *request.extra_vars_files))
+    if options.print_command:
+        sys.stdout.write(printable(request) + "\n")
+        return
     console.print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                   + (" [yellow]check mode[/]" if options.check else ""))
     record, record_dir, rc = run_with_runner(request, console, record_dir)

@@ -78,8 +78,10 @@ def test_collection_installs_and_its_playbook_resolves_roles_by_fqcn(dist: Path,
                                                                       tmp_path: Path) -> None:
     collections = tmp_path / "collections"
     tarball = dist / f"deploykit-kvcache-{VERSION}.tar.gz"
-    run([str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(collections),
-         str(tarball)], tmp_path)
+    # --force: the checkout's own collections/ (an ANSIBLE_CONFIG in the environment) may
+    # already list deploykit.kvcache; this test wants the tarball's copy
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p",
+         str(collections), str(tarball)], tmp_path)
     installed = collections / "ansible_collections" / "deploykit" / "kvcache"
     assert (installed / "MANIFEST.json").is_file()
     assert not (installed / "deploy_kit").exists() and not (installed / "tests").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.config.open import open_site
-from deploy_kit.plan.geometry import ModelGeometry, chunk_layout
+from deploy_kit.geometry import ModelGeometry, chunk_layout
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import RenderedFile, UnsafeOutput, render_site, write_tree
 from tests.conftest import REPO, InventoryFactory
@@ -98,5 +98,5 @@ def test_vllm_serial_from_group_vars_reaches_plan_and_up(
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout)
     files = [w.removeprefix("@") for w in words if w.startswith("@")
-             and w.endswith("play-keywords.json")]
-    assert files and json.loads(Path(files[0]).read_text()) == {"vllm_serial": 2}
+             and w.endswith("run-vars.json")]
+    assert files and json.loads(Path(files[0]).read_text())["vllm_serial"] == 2
