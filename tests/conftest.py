@@ -15,6 +15,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden expected files from the current renderers")
 
 
+@pytest.fixture(autouse=True)
+def _no_vault_password_outside_the_lab(request: pytest.FixtureRequest,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab's ACL test hands the rest of the lab session a vault password through
+    ANSIBLE_VAULT_PASSWORD_FILE (as CI would); no other test may inherit it."""
+    if "tests/lab/" not in str(request.path):
+        monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+
+
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))

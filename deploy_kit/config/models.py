@@ -145,6 +145,8 @@ class HostConfig(BaseModel):
     coredns_binary_src: str | None = None  # a binary on the controller (air-gapped, lab)
     coredns_binary_url: str = ("https://github.com/coredns/coredns/releases/download/"
                                "v{version}/coredns_{version}_linux_amd64.tgz")
+    # sha256 (hex) of what is delivered: the controller binary, or the release archive
+    coredns_binary_checksum: str = Field(default="", pattern=r"^(sha256:)?([0-9a-f]{64})?$")
     consul_binary_src: str | None = None
     consul_binary_url: str = ("https://releases.hashicorp.com/consul/{version}/"
                               "consul_{version}_linux_amd64.zip")

@@ -17,6 +17,16 @@ def coredns_binary() -> Path:
     return CACHE_DIR / "coredns-1.12.1"
 
 
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
                     ssh_key: Path) -> None:
     rgw = hosts[:2]
@@ -66,6 +76,7 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
             {"name": "default.rgw.buckets.non-ec", "pg_num": 8, "size": 1, "min_size": 1},
         ],
         "coredns_binary_src": str(coredns_binary()),
+        "coredns_binary_checksum": _sha256(coredns_binary()),
         # the controller's resolver (deploy_kit/lab/upstream.py): exercises the `.:53` block
         "coredns_upstream": [f"{GATEWAY}:{UPSTREAM_PORT}"],
         "consul_binary_src": str(consul_binary()),

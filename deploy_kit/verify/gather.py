@@ -122,8 +122,8 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
     if good is None:
         return results
     trips = [pool.submit(s3_probe.roundtrip,
-                         S3Probe(address=a, host_header=host_header, auth_status=200,
-                                 credentials_from="round trip"),
+                         S3Probe(address=a, host_header=host_header,
+                                 credentials_from="round trip", purpose="roundtrip"),
                          port, region, good, size, i == 0)
              for i, a in enumerate(healthy)]
     return results + [t.result() for t in trips]

@@ -59,6 +59,9 @@ class S3Probe:
     anonymous_bucket: str | None = None  # <BucketName> RGW routed the vhost to
     error: str | None = None
     credentials_from: str = ""
+    # "auth": one serving host's profile signs a HEAD; "roundtrip": a chunk through one
+    # address, with the first profile RGW accepted (its HEAD is the auth probe's, not this)
+    purpose: str = "auth"
 
 
 @dataclass

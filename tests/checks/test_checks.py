@@ -59,7 +59,7 @@ def healthy() -> Observation:
     obs.concentrators = [Concentrator(a, 200, 200) for a in RGW]
     obs.s3 = [S3Probe(address=RGW[0], host_header="lmcache.s3.t.test", auth_status=200,
                       credentials_from="gpu1"),
-              S3Probe(address=RGW[0], host_header="lmcache.s3.t.test", auth_status=200,
+              S3Probe(address=RGW[0], host_header="lmcache.s3.t.test", purpose="roundtrip",
                       put=200, head=200, get=200, delete=204, same=True, bytes=100,
                       lifecycle=[{"ID": "deploykit-expire-kv", "Status": "Enabled",
                                   "Prefix": "", "Expiration": {"Days": 1},
@@ -109,6 +109,11 @@ def _no_region(o: Observation) -> None:
     del o.serving[1].lmcache_yaml["extra_config"]["s3_region"]
 
 
+def _roundtrip_unreachable(o: Observation) -> None:
+    o.s3[1].put = o.s3[1].head = o.s3[1].get = o.s3[1].delete = None
+    o.s3[1].same, o.s3[1].error = None, "ConnectionResetError: [Errno 104] reset by peer"
+
+
 def _connector(o: Observation) -> None:
     o.serving[0].argv[-1] = json.dumps({"kv_connector": "LMCacheConnector",
                                         "kv_role": "kv_both", "kv_parallel_size": 2})
@@ -128,6 +133,7 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("s3-credentials-valid", _wrong_secret, "gpu1 → 10.9.0.11", "403"),
     ("s3-roundtrip", lambda o: setattr(o.s3[1], "same", False), "lmcache.s3.t.test via",
      "identical=False"),
+    ("s3-roundtrip", _roundtrip_unreachable, "lmcache.s3.t.test via", "no answer to the PUT"),
     ("s3-vhost-routing", lambda o: setattr(o.s3[1], "anonymous_bucket", ""), RGW[0],
      "no bucket"),
     ("ceph-pools", lambda o: o.pools[0].update(size=3) if o.pools else None, "p.data",

@@ -1,6 +1,6 @@
 """Molecule is the one place for converge -> idempotence -> verify of the playbooks as
 Ansible runs them (a plain ansible-playbook, rendering in its first play): the lab suite
-runs the scenario molecule/lab on the lab it brought up, after `deploykit up` converged it."""
+runs the scenario molecule/default on the lab it brought up, after `deploykit up` converged it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_molecule_converge_idempotence_verify(converged: Lab) -> None:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     env.pop("ANSIBLE_CONFIG", None)  # molecule writes its own
     # one invocation: molecule keeps the "converged" state of its sequence in memory
-    result = subprocess.run([str(BIN / "molecule"), "test", "-s", "lab"], cwd=REPO, env=env,
+    result = subprocess.run([str(BIN / "molecule"), "test"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=1800)
     output = ANSI.sub("", result.stdout + result.stderr)
     assert result.returncode == 0, output[-4000:]

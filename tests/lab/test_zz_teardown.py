@@ -30,8 +30,12 @@ def leftovers() -> list[str]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if b"deploykit-lab" in (proc / "cmdline").read_bytes():
-                    found.append(f"process {proc.name}")
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                # a process of the lab names its state dir, not a lock file that merely
+                # shares the prefix (flock /tmp/deploykit-lab.lock around a test run)
+                if any(b"/var/lib/deploykit-lab" in a or b"dklab-" in a for a in argv) \
+                        and os.getpid() != int(proc.name):
+                    found.append(f"process {proc.name}: {argv[0].decode(errors='replace')}")
             except OSError:
                 continue
     if Path("/var/lib/deploykit-lab").exists():

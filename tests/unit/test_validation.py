@@ -140,3 +140,11 @@ def test_every_problem_reported_in_one_pass(make_inventory: InventoryFactory) ->
     for p in found:  # each names the file, the key and a fix
         line = str(p)
         assert line.startswith(p.file) and f": {p.key}: " in line and " — " in line
+
+
+def test_coredns_checksum_must_be_a_sha256(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(dns={"coredns_binary_checksum": "md5:abc"})
+    with pytest.raises(InventoryError, match="coredns_binary_checksum"):
+        open_site(str(root))
+    ok = make_inventory(dns={"coredns_binary_checksum": "sha256:" + "a" * 64})
+    assert open_site(str(ok)).hosts["dns1"].config.coredns_binary_checksum.endswith("a" * 64)

@@ -25,6 +25,8 @@ def concentrator(obs: Observation) -> Iterator[Finding]:
        summary="the deployed credentials profile signs requests RGW accepts")
 def credentials(obs: Observation) -> Iterator[Finding]:
     for p in obs.s3:
+        if p.purpose != "auth":
+            continue  # a round trip's status is no statement about a host's profile
         target = f"{p.credentials_from} → {p.address}"
         if p.auth_status in (401, 403):
             yield Finding("s3-credentials-valid", Status.FAIL, target,
@@ -47,9 +49,14 @@ def credentials(obs: Observation) -> Iterator[Finding]:
        summary="PUT/HEAD/GET/DELETE of a chunk-sized object through <bucket>.<fqdn>")
 def roundtrip(obs: Observation) -> Iterator[Finding]:
     for p in obs.s3:
-        if p.auth_status in (401, 403) or p.put is None:
-            continue  # s3-credentials-valid explains it
+        if p.purpose != "roundtrip":
+            continue  # s3-credentials-valid judges the signed HEADs
         target = f"{p.host_header} via {p.address}"
+        if p.put is None:
+            yield Finding("s3-roundtrip", Status.FAIL, target,
+                          f"no answer to the PUT: {p.error or 'no response'}",
+                          "is that gateway up and reachable from the controller?")
+            continue
         ok = (p.put, p.head, p.get) == (200, 200, 200) and p.delete == 204 and p.same
         if ok:
             yield Finding("s3-roundtrip", Status.PASS, target,
