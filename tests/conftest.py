@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -15,13 +16,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden expected files from the current renderers")
 
 
-@pytest.fixture(autouse=True)
-def _no_vault_password_outside_the_lab(request: pytest.FixtureRequest,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
     """The lab's ACL test hands the rest of the lab session a vault password through
-    ANSIBLE_VAULT_PASSWORD_FILE (as CI would); no other test may inherit it."""
-    if "tests/lab/" not in str(request.path):
-        monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    ANSIBLE_VAULT_PASSWORD_FILE (as CI would); no later test, nor its module fixtures,
+    may inherit it. tryfirst: before any fixture of the item is set up."""
+    if "tests/lab/" not in str(item.path):
+        os.environ.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
 
 
 @pytest.fixture
