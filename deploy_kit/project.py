@@ -42,6 +42,6 @@ def templates_dir() -> Path:
 
 def roles_dir() -> Path:
     """The roles: the checkout's roles/, or the collection copy a wheel carries."""
-    bundled = project_dir() / "collections" / "ansible_collections" / "deploykit" / "kvcache"
-    return bundled / "roles" if (bundled / "roles").is_dir() and project_dir() == BUNDLED \
-        else project_dir() / "roles"
+    if project_dir() == BUNDLED:
+        return BUNDLED / "collections" / "ansible_collections" / "deploykit" / "kvcache" / "roles"
+    return project_dir() / "roles"

@@ -57,6 +57,23 @@ def runs_dirs() -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
+def s3_round_trip(lab: Lab, client: str, size: int) -> dict:
+    """PUT/GET/DELETE `size` random bytes through lmcache.s3.lab.test from lab host `client`
+    with the RGW user's keys: the package's SigV4 module plus s3_client.py over SSH stdin
+    (keys in the script text, never in argv)."""
+    info = json.loads(subprocess.run(
+        ["radosgw-admin", "--conf", CEPH_CONF, "user", "info", "--uid", "lmcache"],
+        check=True, capture_output=True, text=True).stdout)
+    key = info["keys"][0]
+    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
+        (Path(__file__).parent / "s3_client.py").read_text()
+    for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
+                               "__HOST__": "lmcache.s3.lab.test", "__SIZE__": str(size)}.items():
+        script = script.replace(placeholder, value)
+    result: dict = json.loads(lab.ssh(client, "python3 -", stdin=script))
+    return result
+
+
 def ceph(*args: str) -> str:
     return subprocess.run(["ceph", "--conf", CEPH_CONF, *args], check=True,
                           capture_output=True, text=True, timeout=60).stdout

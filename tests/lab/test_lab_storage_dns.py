@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.lab.conftest import Lab, ceph, runs_dirs
+from tests.lab.conftest import Lab, ceph, runs_dirs, s3_round_trip
 
 pytestmark = pytest.mark.lab
 
@@ -56,17 +55,7 @@ def test_names_resolve_to_every_gateway_host_from_a_client(converged: Lab) -> No
 
 
 def test_64mib_object_round_trips_through_the_name(converged: Lab) -> None:
-    info = json.loads(subprocess.run(
-        ["radosgw-admin", "--conf", "/var/lib/deploykit-lab/ceph/ceph.conf", "user", "info",
-         "--uid", "lmcache"], check=True, capture_output=True, text=True).stdout)
-    key = info["keys"][0]
-    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
-        (Path(__file__).parent / "s3_client.py").read_text()
-    for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
-                               "__HOST__": "lmcache.s3.lab.test",
-                               "__SIZE__": str(64 * 1024 * 1024)}.items():
-        script = script.replace(placeholder, value)
-    result = json.loads(converged.ssh(CLIENT, "python3 -", stdin=script))
+    result = s3_round_trip(converged, CLIENT, 64 * 1024 * 1024)
     assert result["put"] == 200 and result["get"] == 200 and result["delete"] == 204, result
     assert result["same"] and result["bytes"] == 64 * 1024 * 1024
     assert result["resolved"] == sorted(RGW)

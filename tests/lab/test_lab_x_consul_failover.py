@@ -13,7 +13,6 @@ import json
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import dns.exception
 import dns.message
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.lab.conftest import Lab
+from tests.lab.conftest import Lab, s3_round_trip
 
 pytestmark = pytest.mark.lab
 
@@ -66,18 +65,7 @@ def wait_dns(servers: list[str], expected: set[str], timeout: float) -> float:
 
 
 def s3_through_name(lab: Lab) -> dict:
-    info = json.loads(subprocess.run(
-        ["radosgw-admin", "--conf", "/var/lib/deploykit-lab/ceph/ceph.conf", "user", "info",
-         "--uid", "lmcache"], check=True, capture_output=True, text=True).stdout)
-    key = info["keys"][0]
-    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
-        (Path(__file__).parent / "s3_client.py").read_text()
-    for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
-                               "__HOST__": "lmcache.s3.lab.test",
-                               "__SIZE__": str(8 * 1024 * 1024)}.items():
-        script = script.replace(placeholder, value)
-    result: dict = json.loads(lab.ssh(CLIENT, "python3 -", stdin=script))
-    return result
+    return s3_round_trip(lab, CLIENT, 8 * 1024 * 1024)
 
 
 def verify(lab: Lab, *extra: str) -> tuple[int, dict[str, list[dict]]]:
