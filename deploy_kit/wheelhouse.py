@@ -23,6 +23,9 @@ from deploy_kit.exit_codes import ExitCode
 
 LOCK_NAME = "requirements.lock"
 MANIFEST_NAME = "manifest.json"
+# The wheels and the lock in one uncompressed tar (wheels are zip files already): the role
+# ships one file instead of two hundred, about 4x faster over SSH (measured in the lab)
+ARCHIVE_NAME = "wheelhouse.tar"
 TORCH_FAMILY = {"torch", "torchaudio", "torchvision", "torchcodec"}
 # LMCache's S3 L2 adapter reads the AWS profile through boto3, which it does not declare
 EXTRA_PACKAGES = ("boto3",)
@@ -164,6 +167,7 @@ def build(recipe: Recipe, root: Path) -> Path:
     resolve, no_deps = requirements(recipe, target)
     _pip(["download", "-q", "-d", str(target), *_target_args(recipe), *resolve])
     lock_sha = write_lock(target)
+    write_archive(target)
     manifest.write_text(json.dumps({
         "accelerator": recipe.accelerator, "vllm_version": recipe.vllm_version,
         "lmcache_version": recipe.lmcache_version, "python_version": recipe.python_version,
@@ -184,3 +188,19 @@ def lock_digest(directory: str) -> str | None:
         return hashlib.sha256(lock.read_bytes()).hexdigest()
     except OSError:
         return None
+
+
+def write_archive(directory: Path) -> Path:
+    import tarfile
+
+    archive = directory / ARCHIVE_NAME
+    partial = archive.with_suffix(".tar.partial")
+    with tarfile.open(partial, "w") as tar:
+        for path in sorted([*directory.glob("*.whl"), directory / LOCK_NAME]):
+            tar.add(path, arcname=path.name)
+    partial.rename(archive)
+    return archive
+
+
+def has_archive(directory: str) -> bool:
+    return bool(directory) and (Path(directory) / ARCHIVE_NAME).is_file()

@@ -27,7 +27,7 @@ from deploy_kit.render.storage import (
     lifecycle_rules,
 )
 from deploy_kit.render.vllm import secret_env_path
-from deploy_kit.wheelhouse import lock_digest
+from deploy_kit.wheelhouse import has_archive, lock_digest
 
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
@@ -72,6 +72,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "needs_device": accelerator != "cpu",
         # a deploykit wheelhouse (requirements.lock): the serving_env role installs it whole
         "wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
+        "wheelhouse_archive": has_archive(c.vllm_wheel_dir),
     }
     return settings
 

@@ -85,3 +85,18 @@ def test_recipes_pypi_cannot_serve_are_refused(tmp_path: Path, accelerator: str,
 def test_recipe_names_its_directory() -> None:
     assert Recipe("cpu", "0.32.0", "0.5.6", "3.11").name == \
         "cpu-vllm-0.32.0-lmcache-0.5.6-py311"
+
+
+def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:
+    import tarfile
+
+    from deploy_kit.wheelhouse import ARCHIVE_NAME, has_archive, write_archive
+
+    (tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"n")
+    write_lock(tmp_path)
+    assert not has_archive(str(tmp_path))
+    write_archive(tmp_path)
+    with tarfile.open(tmp_path / ARCHIVE_NAME) as tar:
+        assert tar.getnames() == ["numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
+                                  LOCK_NAME]
+    assert has_archive(str(tmp_path)) and not has_archive("")
