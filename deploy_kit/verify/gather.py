@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from deploy_kit.config.site import Site
-from deploy_kit.plan.plan import build_plan
+from deploy_kit.config.site import Host, Site
+from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.sigv4 import Credentials
-from deploy_kit.verify.model import ConsulView, Observation, S3Probe
+from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
 from deploy_kit.verify.probes import (
     ceph_probe,
     consul_probe,
@@ -19,6 +19,37 @@ from deploy_kit.verify.probes import (
 )
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
+    """What one serving host's own settings say it runs, and what that needs in /dev/shm.
+
+    vllm_accelerator "cpu", lmcache_topology, lmcache_server_port, vllm_cpu_kvcache_space
+    and lmcache_server_l1_size_gb are the coordinator's settings (issue 8): read with their
+    defaults so verify works before and after they exist.
+    """
+    c = host.config
+    accelerator = str(getattr(c, "vllm_accelerator", None) or "cuda")
+    topology = str(getattr(c, "lmcache_topology", None) or "")
+    needs: dict[str, int] = {}
+    files = next((h.shm_bytes for h in plan.hosts if h.host == host.name), 0) if plan else 0
+    if files:
+        needs[f"LMCache {c.lmcache_version} per-request files "
+              f"({host.workers} x {c.lmcache_s3_max_inflight_reqs} x object)"] = files
+    if accelerator == "cpu":
+        kv = float(getattr(c, "vllm_cpu_kvcache_space", 1) or 0)
+        if kv:
+            needs[f"vLLM CPU KV cache ({host.workers} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
+                int(host.workers * kv * GIB)
+        l1 = float(getattr(c, "lmcache_server_l1_size_gb", 1) or 0)
+        if topology == "server" and l1:
+            needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
+    return ServingPlan(
+        vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
+        accelerator=accelerator, lmcache_topology=topology,
+        lmcache_server_port=int(getattr(c, "lmcache_server_port", 6555)), venv=c.vllm_venv,
+        pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version}, shm_needs=needs)
 
 
 def planned(site: Site) -> Observation:
@@ -77,7 +108,9 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         admin = site.group("ceph_admin")
         ceph_job: Future[ceph_probe.CephState] | None = (
             pool.submit(ceph_probe.probe, admin[0]) if admin else None)
-        serving_jobs = [pool.submit(serving_probe.probe, h, names) for h in site.group("vllm")]
+        site_plan = build_plan(site) if site.group("vllm") else None
+        serving_jobs = [pool.submit(serving_probe.probe, h, names, serving_plan(h, site_plan))
+                        for h in site.group("vllm")]
         consul_job = None
         if obs.consul is not None:
             token = s.consul_acl_dns_token.get_secret_value() \
