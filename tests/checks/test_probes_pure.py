@@ -158,3 +158,8 @@ def test_serving_plan_reads_the_coordinators_settings_with_defaults() -> None:
     alone = serving_plan(_host(vllm_accelerator="cpu"))  # no server: KV cache only, default 1
     assert list(alone.shm_needs.values()) == [gib]
     assert alone.pinned == {"lmcache": "0.5.6", "vllm": "0.33.0"}
+
+
+def test_doctor_maps_shm_and_service_symptoms() -> None:
+    assert "dev-shm-capacity" in diagnose("Bus error (core dumped)")[0][1]
+    assert "vllm-service" in diagnose("vllm.service: Failed with result 'exit-code'")[0][1]
