@@ -126,6 +126,10 @@ class ServingHost:
     health_status: int | None = None
     models_status: int | None = None
     plan: ServingPlan = field(default_factory=ServingPlan)
+    # lmcache_topology server: the standalone LMCache server's unit, read into lmcache_yaml's
+    # shape (chunk_size, remote_url, extra_config) so the LMCache checks read one view
+    lmcache_topology: str = "inprocess"
+    lmcache_server_active: bool | None = None
 
 
 @dataclass

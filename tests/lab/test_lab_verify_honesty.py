@@ -115,7 +115,8 @@ def test_stopped_lmcache_server_fails_naming_the_host(vllm_lab: Lab) -> None:
     try:
         rc, findings = verify(vllm_lab, "lmcache-server-service")
     finally:
-        vllm_lab.ssh(LAB4, "systemctl start lmcache-server")
+        # vllm.service Requires= the server: stopping it stopped vLLM too
+        vllm_lab.ssh(LAB4, "systemctl start lmcache-server vllm")
     assert rc == 6
     failed = failures(findings, "lmcache-server-service")
     assert list(failed) == ["lab4"], failed
