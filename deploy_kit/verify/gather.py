@@ -23,32 +23,29 @@ GIB = 1024 * MIB
 
 
 def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
-    """What one serving host's own settings say it runs, and what that needs in /dev/shm.
-
-    vllm_accelerator "cpu", lmcache_topology, lmcache_server_port, vllm_cpu_kvcache_space
-    and lmcache_server_l1_size_gb are the coordinator's settings (issue 8): read with their
-    defaults so verify works before and after they exist.
-    """
+    """What one serving host's own settings say it runs, and what that needs in /dev/shm:
+    LMCache 0.3's per-request files (sizing.shm_bytes), and on CPU hosts vLLM's KV cache
+    (workers x vllm_cpu_kvcache_space GiB) plus the LMCache server's L1."""
     c = host.config
-    accelerator = str(getattr(c, "vllm_accelerator", None) or "cuda")
-    topology = str(getattr(c, "lmcache_topology", None) or "")
+    accelerator = c.vllm_accelerator or "cuda"
+    topology = c.lmcache_topology
     needs: dict[str, int] = {}
     files = next((h.shm_bytes for h in plan.hosts if h.host == host.name), 0) if plan else 0
     if files:
         needs[f"LMCache {c.lmcache_version} per-request files "
               f"({host.workers} x {c.lmcache_s3_max_inflight_reqs} x object)"] = files
     if accelerator == "cpu":
-        kv = float(getattr(c, "vllm_cpu_kvcache_space", 1) or 0)
+        kv = float(c.vllm_cpu_kvcache_space)
         if kv:
             needs[f"vLLM CPU KV cache ({host.workers} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
                 int(host.workers * kv * GIB)
-        l1 = float(getattr(c, "lmcache_server_l1_size_gb", 1) or 0)
+        l1 = float(c.lmcache_server_l1_size_gb)
         if topology == "server" and l1:
             needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
     return ServingPlan(
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
         accelerator=accelerator, lmcache_topology=topology,
-        lmcache_server_port=int(getattr(c, "lmcache_server_port", 6555)), venv=c.vllm_venv,
+        lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
         pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version}, shm_needs=needs)
 
 

@@ -71,7 +71,7 @@ class ServingPlan:
     vllm_install: bool = True
     lmcache_install: bool = True
     accelerator: str = "cuda"  # cuda | rocm | gaudi3 | cpu
-    lmcache_topology: str = ""  # "server": a standalone lmcache-server unit beside vLLM
+    lmcache_topology: str = "inprocess"  # "server": a standalone lmcache-server unit
     lmcache_server_port: int = 6555
     venv: str = "/opt/vllm"
     pinned: dict[str, str] = field(default_factory=dict)  # lmcache, vllm -> pinned version

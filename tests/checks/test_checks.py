@@ -40,7 +40,7 @@ def serving(name: str, seed: str = "67") -> ServingHost:
     standalone LMCache server whose KV cache and L1 live in /dev/shm."""
     cpu = name == "gpu2"
     plan = ServingPlan(accelerator="cpu" if cpu else "cuda",
-                       lmcache_topology="server" if cpu else "", pinned=dict(PINS),
+                       lmcache_topology="server" if cpu else "inprocess", pinned=dict(PINS),
                        shm_needs={"vLLM CPU KV cache": GIB, "LMCache server L1": GIB}
                        if cpu else {})
     units = {"vllm": UnitState("active", "loaded", "success")}

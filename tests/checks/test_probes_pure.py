@@ -147,7 +147,7 @@ def test_probe_script_runs_here_and_reports_what_this_machine_has() -> None:
     assert seen.mem_total_bytes is not None and seen.mem_total_bytes > 2**20
 
 
-def test_serving_plan_reads_the_coordinators_settings_with_defaults() -> None:
+def test_serving_plan_reads_the_hosts_serving_settings() -> None:
     gib = 1024**3
     assert serving_plan(_host()).shm_needs == {}  # CUDA, LMCache 0.5: nothing in /dev/shm
     cpu = serving_plan(_host(vllm_accelerator="cpu", lmcache_topology="server",

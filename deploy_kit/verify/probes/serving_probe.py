@@ -27,10 +27,7 @@ def script(host: Host, lookups: list[str]) -> str:
     c = host.config
     port = c.vllm_port
     venv = shlex.quote(c.vllm_venv)
-    # lmcache_topology / lmcache_server_port: the coordinator's settings (issue 8); read with
-    # a default so this probe works before and after they exist
-    server = getattr(c, "lmcache_topology", None) == "server"
-    ports = str(int(getattr(c, "lmcache_server_port", 6555))) if server else ""
+    ports = str(c.lmcache_server_port) if c.lmcache_topology == "server" else ""
     getent = "; ".join(f"echo @{n}; getent ahostsv4 {shlex.quote(n)} | awk '{{print $1}}' | "
                        "sort -u" for n in lookups)
     return f"""
