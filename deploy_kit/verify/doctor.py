@@ -23,6 +23,13 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"ttft.*(high|slow|worse)|slower with remote|bandwidth",
      "remote reads are slow: one DNS record (one gateway) or a polluted benchmark",
      ("dns-answer-count", "s3-concentrator-reachable", "s3-roundtrip")),
+    (r"bus error|/dev/shm|no space left|shm",
+     "shared memory is short: /dev/shm smaller than LMCache's files or the CPU KV cache, "
+     "or leaked lmcache_kv segments",
+     ("dev-shm-capacity", "lmcache-memory")),
+    (r"not running|inactive|failed with result|503|health",
+     "vLLM or the LMCache server is not running where it should",
+     ("vllm-service", "lmcache-server-service", "versions-manifest")),
     (r"s3_region|region",
      "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
      ("lmcache-s3-settings",)),

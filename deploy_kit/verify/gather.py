@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from deploy_kit.config.site import Site
-from deploy_kit.plan.plan import build_plan
+from deploy_kit.config.site import Host, Site
+from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.sigv4 import Credentials
-from deploy_kit.verify.model import ConsulView, Observation, S3Probe
+from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
 from deploy_kit.verify.probes import (
     ceph_probe,
     consul_probe,
@@ -19,6 +19,34 @@ from deploy_kit.verify.probes import (
 )
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
+    """What one serving host's own settings say it runs, and what that needs in /dev/shm:
+    LMCache 0.3's per-request files (sizing.shm_bytes), and on CPU hosts vLLM's KV cache
+    (workers x vllm_cpu_kvcache_space GiB) plus the LMCache server's L1."""
+    c = host.config
+    accelerator = c.vllm_accelerator or "cuda"
+    topology = c.lmcache_topology
+    needs: dict[str, int] = {}
+    files = next((h.shm_bytes for h in plan.hosts if h.host == host.name), 0) if plan else 0
+    if files:
+        needs[f"LMCache {c.lmcache_version} per-request files "
+              f"({host.workers} x {c.lmcache_s3_max_inflight_reqs} x object)"] = files
+    if accelerator == "cpu":
+        kv = float(c.vllm_cpu_kvcache_space)
+        if kv:
+            needs[f"vLLM CPU KV cache ({host.workers} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
+                int(host.workers * kv * GIB)
+        l1 = float(c.lmcache_server_l1_size_gb)
+        if topology == "server" and l1:
+            needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
+    return ServingPlan(
+        vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
+        accelerator=accelerator, lmcache_topology=topology,
+        lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
+        pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version}, shm_needs=needs)
 
 
 def planned(site: Site) -> Observation:
@@ -77,7 +105,9 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         admin = site.group("ceph_admin")
         ceph_job: Future[ceph_probe.CephState] | None = (
             pool.submit(ceph_probe.probe, admin[0]) if admin else None)
-        serving_jobs = [pool.submit(serving_probe.probe, h, names) for h in site.group("vllm")]
+        site_plan = build_plan(site) if site.group("vllm") else None
+        serving_jobs = [pool.submit(serving_probe.probe, h, names, serving_plan(h, site_plan))
+                        for h in site.group("vllm")]
         consul_job = None
         if obs.consul is not None:
             token = s.consul_acl_dns_token.get_secret_value() \

