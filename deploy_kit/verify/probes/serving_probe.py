@@ -36,7 +36,6 @@ cat {shlex.quote(names.lmcache_config_path(c))} 2>/dev/null || echo __MISSING__
 echo '### env'; cat {shlex.quote(names.vllm_env_path(c))} 2>/dev/null
 echo '### server_env'; cat {shlex.quote(lmcache_server.env_path(c))} 2>/dev/null
 echo '### server_unit'; cat {lmcache_server.UNIT_PATH} 2>/dev/null
-echo '### server_active'; systemctl is-active lmcache-server 2>/dev/null
 echo '### unit'; cat {names.VLLM_UNIT_PATH} 2>/dev/null
 echo '### credentials'
 cat {shlex.quote(names.credentials_path(c))} 2>/dev/null
@@ -132,7 +131,6 @@ def parse(host: Host, output: str) -> ServingHost:
     if server_argv:
         observed.lmcache_topology = "server"
         observed.lmcache_yaml = server_view(server_argv)
-        observed.lmcache_server_active = s.get("server_active", "").strip() == "active"
     elif raw != "__MISSING__":
         try:
             loaded = yaml.safe_load(raw)
