@@ -149,9 +149,11 @@ def run_protocol(a: Target, b: Target | None, lengths: list[int], repeats: int, 
 # ---- the site: SSH restarts, the bucket through the S3 name ------------------------------
 
 RESTART = """set -e
-systemctl stop vllm
-if systemctl cat lmcache-server >/dev/null 2>&1; then systemctl restart lmcache-server; fi
-systemctl start vllm
+S=; [ "$(id -u)" = 0 ] || S="sudo -n"
+$S systemctl stop vllm
+if systemctl cat lmcache-server >/dev/null 2>&1; then $S systemctl restart lmcache-server; fi
+$S systemctl start vllm
+echo __restarted__
 """
 
 
@@ -180,7 +182,10 @@ class SiteTier:
     def restart(self, target: Target) -> None:
         from deploy_kit.transport.ssh import run_on
 
-        run_on(self.hosts[target.name], RESTART + "echo __restarted__", timeout=300)
+        output = run_on(self.hosts[target.name], RESTART, timeout=300)
+        if "__restarted__" not in output:
+            raise DeployKitError(f"{target.name}: restarting vllm / lmcache-server failed",
+                                 hint=f"systemctl status vllm lmcache-server on {target.name}")
 
     def objects(self) -> set[str]:
         from deploy_kit.cache.store import list_objects
