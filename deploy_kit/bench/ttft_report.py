@@ -59,10 +59,16 @@ def document(*, site: str, run_id: str, started: str, model: str, hosts: dict[st
     return {"schema": SCHEMA, "site": site, "run_id": run_id, "started": started,
             "model": model, "hosts": hosts, "lengths": lengths, "repeats": repeats,
             "max_tokens": max_tokens, "token_ids": list(token_ids),
-            "cases": {c: LABELS[c] for c in CASES if c not in skipped_cases},
+            "cases": {c: _label(c, skipped_cases) for c in CASES if c not in skipped_cases},
             "skipped_cases": skipped_cases, "manifest": manifest, "results": results,
             "summary": summarise(results),
             "purged_objects": {str(k): v for k, v in purged.items()}, "notes": notes}
+
+
+def _label(case: str, skipped_cases: dict[str, str]) -> str:
+    if case == "dram_only_control" and "remote_hit_other_host" in skipped_cases:
+        return "DRAM-only control: cold prefill of a fresh prompt (host A)"
+    return LABELS[case]
 
 
 def problems(doc: dict[str, Any]) -> list[str]:
@@ -127,7 +133,7 @@ def figure(doc: dict[str, Any]) -> Any:
                         if s["case"] == case and s["ttft_s"])
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                    label=LABELS[case])
+                    label=doc.get("cases", {}).get(case, LABELS[case]))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     lengths = sorted({s["context_tokens"] for s in doc["summary"]})
