@@ -30,3 +30,11 @@ def test_a_host_that_does_not_serve_is_skipped_not_failed_twice() -> None:
     gpu2 = [f for f in findings if f.target == "gpu2"]
     assert [f.status for f in gpu2] == [Status.SKIP] and "see vllm-service" in gpu2[0].message
     assert not [f for f in findings if f.status == Status.FAIL]
+
+
+def test_doctor_sends_degraded_mode_to_the_cache_checks() -> None:
+    from deploy_kit.verify.doctor import diagnose
+
+    [(_, checks)] = diagnose("LMCache: No supported cpu connector found, degraded mode")
+    assert "lmcache-cache-hit" in checks and "vllm-external-prefix-metrics" in checks
+    assert "lmcache-cache-hit" in diagnose("zero hits on the second host")[0][1]
