@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from deploy_kit.bench import ttft_report
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError, HostsUnreachable
+from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.probes import completions as oa
 from deploy_kit.verify.probes.cache_probe import api_key, model_name
 
@@ -157,25 +158,40 @@ echo __restarted__
 """
 
 
+def profile_credentials(host: Host) -> Credentials | None:
+    """The keys of the host's deployed LMCache profile (kept in memory, never printed)."""
+    import configparser
+    import shlex
+
+    from deploy_kit.render import names
+    from deploy_kit.transport.ssh import run_on
+
+    c = host.config
+    try:
+        text = run_on(host, f"cat {shlex.quote(names.credentials_path(c))} 2>/dev/null")
+        parser = configparser.ConfigParser()
+        parser.read_string(text)
+        section = parser[names.aws_profile(c)]
+        return Credentials(section["aws_access_key_id"], section["aws_secret_access_key"])
+    except Exception:  # no file, no section, SSH down (paramiko's errors are no OSError)
+        return None
+
+
 class SiteTier:
     """Restarts over SSH (systemctl); the bucket with a serving host's deployed profile
     (else the S3 user's keys from RGW)."""
 
     def __init__(self, site: Site, hosts: dict[str, Host], reader: Host) -> None:
         from deploy_kit.cache.store import Bucket, open_bucket
-        from deploy_kit.transport.sigv4 import Credentials
-        from deploy_kit.verify.probes import serving_probe
 
         self.hosts = hosts
         s = site.settings
-        seen = serving_probe.probe(reader, [])
+        creds = profile_credentials(reader)
         rgw = site.group("rgw")
-        if seen.credentials and rgw:
+        if creds is not None and rgw:
             self.bucket = Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
                                  host=f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}",
-                                 region=s.deploykit_s3_region,
-                                 credentials=Credentials(seen.credentials["access_key"],
-                                                         seen.credentials["secret_key"]))
+                                 region=s.deploykit_s3_region, credentials=creds)
         else:
             self.bucket = open_bucket(site)
 
