@@ -51,6 +51,7 @@ class VLLMCompat:
     entrypoint: dict[str, str] | None = None  # accelerator -> script (default) | module
     torch_pins: dict[str, list[str]] | None = None  # wheelhouse: torch from PyPI instead
     topologies: dict[str, list[str]] | None = None  # accelerator -> LMCache topologies
+    system_packages: dict[str, list[str]] | None = None  # accelerator -> Debian packages
 
     def env_for(self, accelerator: str) -> dict[str, str]:
         return dict((self.accelerator_env or {}).get(accelerator, {}))
@@ -147,6 +148,7 @@ def vllm(version: str) -> VLLMCompat:
         entrypoint=dict(e.get("entrypoint") or {}),
         torch_pins={k: list(v) for k, v in (e.get("torch_pins") or {}).items()},
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
+        system_packages={k: list(v) for k, v in (e.get("system_packages") or {}).items()},
     )
 
 

@@ -56,6 +56,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "vllm_packages": table.packages(accelerator, c.vllm_version),
         "wheelhouse_required": table.needs_wheelhouse(accelerator),
         "vllm_groups": table.groups_for(accelerator),
+        "system_packages": (table.system_packages or {}).get(accelerator, []),
         "lmcache_package": f"lmcache[nixl]=={c.lmcache_version}" if c.lmcache_mode == "nixl"
         else f"lmcache=={c.lmcache_version}",  # the `nixl` extra: nixl>=1.3.0 (0.5.6 wheel)
         "vllm_secret_env": secret_env_path(host) if c.vllm_api_key is not None else None,

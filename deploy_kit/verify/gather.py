@@ -31,7 +31,7 @@ def planned(site: Site) -> Observation:
     identity = {}
     if vllm:
         c = vllm[0].config
-        identity = {"PYTHONHASHSEED": str(c.vllm_python_hash_seed), "model": c.vllm_model,
+        identity = {"PYTHONHASHSEED": str(c.vllm_python_hash_seed), "model": c.model_path_on_host,
                     "TP": str(c.vllm_tensor_parallel_size),
                     "PP": str(c.vllm_pipeline_parallel_size),
                     "kv-cache-dtype": c.vllm_kv_cache_dtype,

@@ -82,6 +82,10 @@ class ServingHost:
     service_active: bool = False
     health_status: int | None = None
     models_status: int | None = None
+    # lmcache_topology server: the standalone LMCache server's unit, read into lmcache_yaml's
+    # shape (chunk_size, remote_url, extra_config) so the LMCache checks read one view
+    lmcache_topology: str = "inprocess"
+    lmcache_server_active: bool | None = None
 
 
 @dataclass

@@ -72,3 +72,31 @@ def test_doctor_maps_known_symptoms() -> None:
     assert "vllm-connector-name" in diagnose("error reading choices for kv_connector")[0][1]
     assert "dns-answer-count" in diagnose("local proxy failed")[0][1]
     assert diagnose("the coffee machine is broken") == []
+
+
+def test_server_unit_reads_as_the_lmcache_view_the_checks_use(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The rendered lmcache-server unit, read back the way verify reads a host: the LMCache
+    checks see its chunk size, L1 size, remote URL and S3 settings."""
+    from deploy_kit.config.models import HostConfig
+    from deploy_kit.render import lmcache_server
+    from deploy_kit.verify.checks.serving import keys_known, s3_settings
+    from deploy_kit.verify.model import Observation, ServingHost, Status
+    from deploy_kit.verify.probes.serving_probe import server_view
+
+    c = HostConfig(vllm_accelerator="cpu", vllm_version="0.32.0", lmcache_topology="server",
+                   deploykit_s3_fqdn="s3.t.test", lmcache_server_l1_size_gb=2.5)
+    view = server_view(exec_argv(lmcache_server.render_unit(c)))
+    assert view["chunk_size"] == 256 and view["max_local_cpu_size"] == 2.5
+    assert view["remote_url"] == "s3://lmcache.s3.t.test"
+    assert view["extra_config"]["s3_region"] == "default"
+    assert view["extra_config"]["disable_tls"] is True
+    obs = Observation(fqdn="s3.t.test", bucket="lmcache", region="default", rgw_addresses=[],
+                      dns_servers=[], expected_pools=[], expected_rgw_daemons=0,
+                      expected_lifecycle={}, pinned={"lmcache": "0.5.6", "vllm": "0.32.0"},
+                      planned_identity={})
+    obs.serving = [ServingHost(name="cpu1", address="192.0.2.1", lmcache_yaml=view)]
+    assert [f.status for f in s3_settings(obs)] == [Status.PASS]
+    assert [f.status for f in keys_known(obs)] == [Status.PASS]
+    # a unit whose adapter lost its region is a FAIL, as lmcache.yaml without s3_region is
+    del view["extra_config"]["s3_region"]
+    assert [f.status for f in s3_settings(obs)] == [Status.FAIL]

@@ -69,7 +69,8 @@ def chunk_aligned(obs: Observation) -> Iterator[Finding]:
 
 def _identity(host: ServingHost) -> dict[str, str]:
     return {"PYTHONHASHSEED": host.env.get("PYTHONHASHSEED", "<unset>"),
-            "model": host.argv[2] if len(host.argv) > 2 else "?",
+            "model": _flag(host.argv, "--model") or
+            (host.argv[2] if len(host.argv) > 2 else "?"),
             "TP": _flag(host.argv, "--tensor-parallel-size") or "1",
             "PP": _flag(host.argv, "--pipeline-parallel-size") or "1",
             "kv-cache-dtype": _flag(host.argv, "--kv-cache-dtype") or "auto",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import configparser
+import json
 import shlex
+from typing import Any
 
 import yaml
 
 from deploy_kit.config.site import Host
-from deploy_kit.render import names
+from deploy_kit.render import lmcache_server, names
 from deploy_kit.transport.ssh import run_on, sections
 from deploy_kit.verify.model import ServingHost
 
@@ -27,6 +29,9 @@ def script(host: Host, lookups: list[str]) -> str:
 echo '### lmcache'
 cat {shlex.quote(names.lmcache_config_path(c))} 2>/dev/null || echo __MISSING__
 echo '### env'; cat {shlex.quote(names.vllm_env_path(c))} 2>/dev/null
+echo '### server_env'; cat {shlex.quote(lmcache_server.env_path(c))} 2>/dev/null
+echo '### server_unit'; cat {lmcache_server.UNIT_PATH} 2>/dev/null
+echo '### server_active'; systemctl is-active lmcache-server 2>/dev/null
 echo '### unit'; cat {names.VLLM_UNIT_PATH} 2>/dev/null
 echo '### credentials'
 cat {shlex.quote(names.credentials_path(c))} 2>/dev/null
@@ -56,17 +61,53 @@ def exec_argv(unit: str) -> list[str]:
     return []
 
 
+def _flag(argv: list[str], name: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def server_view(argv: list[str]) -> dict[str, Any]:
+    """The LMCache server's flags in lmcache.yaml's shape (what the LMCache checks read)."""
+    view: dict[str, Any] = {"local_cpu": True}
+    chunk = _flag(argv, "--chunk-size")
+    if chunk is not None and chunk.isdigit():
+        view["chunk_size"] = int(chunk)
+    l1 = _flag(argv, "--l1-size-gb")
+    try:
+        view["max_local_cpu_size"] = float(l1) if l1 is not None else 0.0
+    except ValueError:
+        view["max_local_cpu_size"] = 0.0
+    try:
+        adapter = json.loads(_flag(argv, "--l2-adapter") or "null")
+    except json.JSONDecodeError:
+        adapter = {"type": "unreadable"}
+    if isinstance(adapter, dict) and adapter.get("type") == "s3":
+        endpoint = str(adapter.get("s3_endpoint", ""))
+        view["remote_url"] = endpoint if endpoint.startswith("s3://") else f"s3://{endpoint}"
+        view["extra_config"] = {k: v for k, v in adapter.items()
+                                if k not in ("type", "s3_endpoint")}
+    return view
+
+
 def parse(host: Host, output: str) -> ServingHost:
     s = sections(output)
     observed = ServingHost(name=host.name, address=host.address)
     raw = s.get("lmcache", "__MISSING__").strip()
-    if raw != "__MISSING__":
+    server_argv = exec_argv(s.get("server_unit", ""))
+    if server_argv:
+        observed.lmcache_topology = "server"
+        observed.lmcache_yaml = server_view(server_argv)
+        observed.lmcache_server_active = s.get("server_active", "").strip() == "active"
+    elif raw != "__MISSING__":
         try:
             loaded = yaml.safe_load(raw)
             observed.lmcache_yaml = loaded if isinstance(loaded, dict) else {}
         except yaml.YAMLError:
             observed.lmcache_yaml = {}
-    for line in s.get("env", "").splitlines():
+    # the server's env first: it holds the AWS profile there; vLLM's wins where both set
+    for line in (s.get("server_env", "") + "\n" + s.get("env", "")).splitlines():
         if "=" in line and not line.startswith("#"):
             key, value = line.split("=", 1)
             observed.env[key.strip()] = value.strip()
