@@ -30,3 +30,31 @@ def bench_storage(inventory: InventoryOpt,
     for line in describe(result):
         console.print(line, markup=False, soft_wrap=True)
     console.print(f"wrote {', '.join(result['files'])}")
+
+
+@bench_app.command("ttft")
+def bench_ttft(inventory: InventoryOpt,
+               lengths: Annotated[str | None, typer.Option(
+                   help="context lengths in tokens, e.g. 1024,2048,4096 (default: 1K–8K on "
+                        "`cpu` hosts, 4K–128K otherwise, capped by max_model_len)")] = None,
+               repeats: Annotated[int, typer.Option(min=1, help="fresh prompts per length")] = 1,
+               max_tokens: Annotated[int, typer.Option(min=2, help="tokens generated per "
+                                                       "request (TPOT)")] = 16,
+               out: Annotated[Path, typer.Option(help="ttft.json + ttft.png here")] = Path(
+                   "runs/bench-ttft"),
+               allow_single_host: Annotated[bool, typer.Option(
+                   help="run with one serving host (no remote_hit_other_host rows)")] = False,
+               vault_password_file: VaultOpt = None) -> None:
+    """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length."""
+    from deploy_kit.bench import ttft, ttft_report
+    from deploy_kit.config.open import open_site
+
+    sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
+    site = open_site(inventory, vault_password_file)
+    with console.status("TTFT protocol…") as status:
+        doc = ttft.run(site, inventory, sweep, repeats, out, max_tokens, allow_single_host,
+                       log=lambda line: status.update(line))
+    console.print(ttft_report.table(doc))
+    for note in doc["notes"]:
+        console.print(f"note: {note}", markup=False)
+    console.print(f"wrote {', '.join(doc['files'])}")

@@ -10,6 +10,7 @@ from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
 from deploy_kit.verify.probes import (
+    cache_probe,
     ceph_probe,
     consul_probe,
     dns_probe,
@@ -108,6 +109,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         site_plan = build_plan(site) if site.group("vllm") else None
         serving_jobs = [pool.submit(serving_probe.probe, h, names, serving_plan(h, site_plan))
                         for h in site.group("vllm")]
+        cache_job = pool.submit(cache_probe.probe, site.group("vllm"))
         consul_job = None
         if obs.consul is not None:
             token = s.consul_acl_dns_token.get_secret_value() \
@@ -117,6 +119,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.serving = [j.result() for j in serving_jobs]
+        obs.cache = cache_job.result()
         if consul_job is not None:
             obs.consul = consul_job.result()
         if ceph_job is not None:

@@ -159,6 +159,35 @@ class ConsulView:
     error: str | None = None
 
 
+# vLLM's prefix-cache counters (Prometheus names), read by the cache probe and its checks
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
+LOCAL_HITS = "vllm:prefix_cache_hits_total"
+LOCAL_QUERIES = "vllm:prefix_cache_queries_total"
+
+
+@dataclass
+class CacheProbe:
+    """One serving host, asked the same fresh prompt twice (verify's cache-hit probe), and
+    its vLLM prefix-cache counters after that (None: /metrics unreadable; a missing key: the
+    counter is not exported)."""
+
+    host: str
+    address: str
+    serving: bool = False  # /health and /v1/models answered
+    prompt_tokens: int = 0
+    expected_hit_tokens: int = 0  # the prompt's full chunks
+    first_ttft_s: float | None = None
+    second_ttft_s: float | None = None
+    first_external: int | None = None  # external (connector) hit tokens of each request
+    second_external: int | None = None
+    second_local: int | None = None  # vLLM's own prefix cache hit tokens of the repeat
+    other_host: str | None = None  # where the repeat went when vLLM's own cache masked it
+    other_external: int | None = None
+    counters: dict[str, float] | None = None
+    error: str | None = None
+
+
 @dataclass
 class Observation:
     """Everything the probes saw, plus what the inventory planned."""
@@ -183,6 +212,7 @@ class Observation:
     serving: list[ServingHost] = field(default_factory=list)
     probe_errors: list[str] = field(default_factory=list)
     consul: ConsulView | None = None  # consul DNS mode
+    cache: list[CacheProbe] = field(default_factory=list)  # cache-hit probes, per host
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from deploy_kit.verify.model import (
     UnitState,
     evaluate,
 )
+from tests.checks.cache_fixtures import CACHE_CASES, cache_probe
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 
 RGW = ["10.9.0.11", "10.9.0.12"]
@@ -93,6 +94,7 @@ def healthy() -> Observation:
     obs.rgw_daemons = 4
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
+    obs.cache = [cache_probe("gpu1"), cache_probe("gpu2")]
     return obs
 
 
@@ -218,6 +220,7 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("serving-host-reachable", lambda o: setattr(o.serving[1], "lmcache_yaml", None), "gpu2",
      "no LMCache config"),
     *CONSUL_CASES,
+    *CACHE_CASES,
 ]
 
 WARNINGS = [

@@ -1,0 +1,288 @@
+"""`deploykit bench ttft`: the seed's TTFT protocol, per context length, in one run.
+
+For each length L (and each repeat, with a fresh random prompt P of exactly L token ids):
+  cold                   P to host A (nothing holds it: hit_tokens 0)
+  dram_hit               P to A again (LMCache's DRAM, L1, in the same processes)
+  (wait until P's chunks are in the bucket; restart vLLM and lmcache-server on A: DRAM gone)
+  remote_hit_restart     P to A (chunks from the remote tier, S3)
+  remote_hit_other_host  P to host B, which never saw it (remote tier only)
+  dram_only_control      a fresh prompt of length L to B: what B pays when no tier shared
+                         by the hosts holds the prompt, i.e. what a DRAM-only deployment
+                         pays after a restart or on another host (a cold prefill on B)
+  then every object the length added to the bucket is deleted, so the next starts cold.
+TTFT is timed on the controller (first streamed chunk carrying a choice); hit tokens are
+vLLM's counter deltas on the host that served the request.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from deploy_kit.bench import ttft_report
+from deploy_kit.config.site import Host, Site
+from deploy_kit.errors import DeployKitError, HostsUnreachable
+from deploy_kit.transport.sigv4 import Credentials
+from deploy_kit.verify.probes import completions as oa
+from deploy_kit.verify.probes.cache_probe import api_key, model_name
+
+CPU_LENGTHS = [1024, 2048, 4096, 8192]
+GPU_LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    address: str
+    port: int
+    model: str
+    api_key: str | None = None
+
+
+class Tier(Protocol):
+    """What the protocol needs besides HTTP to vLLM: restart a host, see and purge the
+    remote tier's objects."""
+
+    def restart(self, target: Target) -> None: ...
+    def objects(self) -> set[str]: ...
+    def purge(self, keys: set[str]) -> int: ...
+
+
+def default_lengths(accelerator: str | None, max_model_len: int | None,
+                    max_tokens: int) -> list[int]:
+    lengths = CPU_LENGTHS if accelerator == "cpu" else GPU_LENGTHS
+    if max_model_len is None:
+        return list(lengths)
+    return [n for n in lengths if n + max_tokens <= max_model_len]
+
+
+def measure(target: Target, ids: list[int], max_tokens: int) -> dict[str, Any]:
+    before = oa.metrics(target.address, target.port)
+    timed = oa.stream_completion(target.address, target.port, target.model, ids, max_tokens,
+                                 target.api_key)
+    hits = oa.delta(before, oa.metrics(target.address, target.port))
+    return {"host": target.name, "ttft_s": timed.ttft_s, "tpot_s": timed.tpot_s,
+            "total_s": timed.total_s, "prompt_tokens": timed.prompt_tokens,
+            "completion_tokens": timed.completion_tokens,
+            "hit_tokens": hits.external if hits else None,
+            "local_hit_tokens": hits.local if hits else None, "error": timed.error}
+
+
+def wait_ready(target: Target, timeout: float, poll: float = 2.0) -> float:
+    """Seconds until /health and /v1/models both answer 200."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        seen = oa.served(target.address, target.port, target.api_key)
+        if seen.health == 200 and seen.models:
+            return time.monotonic() - start
+        time.sleep(poll)
+    raise DeployKitError(f"{target.name}: vLLM not ready {timeout:.0f} s after the restart",
+                         hint=f"journalctl -u vllm -u lmcache-server on {target.name}")
+
+
+def settle(tier: Tier, before: set[str], timeout: float = 90.0, poll: float = 1.5,
+           want_new: bool = True) -> set[str]:
+    """The objects added since `before`, once their number stops growing (LMCache writes its
+    L2 asynchronously). With want_new, waits (up to timeout) for at least one."""
+    start, last = time.monotonic(), -1
+    while True:
+        new = tier.objects() - before
+        if len(new) == last and (new or not want_new):
+            return new
+        if time.monotonic() - start > timeout:
+            return new
+        last = len(new)
+        time.sleep(poll)
+
+
+def run_protocol(a: Target, b: Target | None, lengths: list[int], repeats: int, tier: Tier,
+                 *, max_tokens: int, token_ids: tuple[int, int], run_id: str,
+                 ready_timeout: float, log: Callable[[str], None] = lambda _: None
+                 ) -> tuple[list[dict[str, Any]], dict[int, int], list[str]]:
+    results: list[dict[str, Any]] = []
+    purged: dict[int, int] = {}
+    notes: list[str] = []
+    control = b or a
+    for length in lengths:
+        purged[length] = 0
+        for rep in range(repeats):
+            before = tier.objects()
+            ids = oa.prompt_ids(length, f"{run_id}-{length}-{rep}", token_ids)
+
+            def row(case: str, target: Target, prompt: list[int], length: int = length,
+                    rep: int = rep) -> dict[str, Any]:
+                log(f"{length:>7} tokens, repeat {rep + 1}/{repeats}: {case} on {target.name}")
+                measured = {"context_tokens": length, "case": case, "repeat": rep,
+                            **measure(target, prompt, max_tokens)}
+                results.append(measured)
+                return measured
+
+            cold = row("cold", a, ids)
+            if cold["hit_tokens"]:
+                notes.append(f"{length} tokens, repeat {rep}: the cold request hit "
+                             f"{cold['hit_tokens']} tokens (the bucket was not cold)")
+            row("dram_hit", a, ids)
+            stored = settle(tier, before)
+            if not stored:
+                notes.append(f"{length} tokens, repeat {rep}: no object reached the remote "
+                             "tier before the restart")
+            log(f"restarting vLLM and lmcache-server on {a.name} "
+                f"({len(stored)} objects in the remote tier)")
+            tier.restart(a)
+            waited = wait_ready(a, ready_timeout)
+            log(f"{a.name} ready {waited:.0f} s after the restart")
+            row("remote_hit_restart", a, ids)
+            if b is not None:
+                row("remote_hit_other_host", b, ids)
+            fresh = oa.prompt_ids(length, f"{run_id}-{length}-{rep}-control", token_ids)
+            row("dram_only_control", control, fresh)
+            new = settle(tier, before, timeout=30.0, want_new=False)
+            purged[length] += tier.purge(new)
+            log(f"purged {len(new)} objects of {length}-token prompts")
+    return results, purged, notes
+
+
+# ---- the site: SSH restarts, the bucket through the S3 name ------------------------------
+
+RESTART = """set -e
+S=; [ "$(id -u)" = 0 ] || S="sudo -n"
+$S systemctl stop vllm
+if systemctl cat lmcache-server >/dev/null 2>&1; then $S systemctl restart lmcache-server; fi
+$S systemctl start vllm
+echo __restarted__
+"""
+
+
+def profile_credentials(host: Host) -> Credentials | None:
+    """The keys of the host's deployed LMCache profile (kept in memory, never printed)."""
+    import configparser
+    import shlex
+
+    from deploy_kit.render import names
+    from deploy_kit.transport.ssh import run_on
+
+    c = host.config
+    try:
+        text = run_on(host, f"cat {shlex.quote(names.credentials_path(c))} 2>/dev/null")
+        parser = configparser.ConfigParser()
+        parser.read_string(text)
+        section = parser[names.aws_profile(c)]
+        return Credentials(section["aws_access_key_id"], section["aws_secret_access_key"])
+    except Exception:  # no file, no section, SSH down (paramiko's errors are no OSError)
+        return None
+
+
+class SiteTier:
+    """Restarts over SSH (systemctl); the bucket with a serving host's deployed profile
+    (else the S3 user's keys from RGW)."""
+
+    def __init__(self, site: Site, hosts: dict[str, Host], reader: Host) -> None:
+        from deploy_kit.cache.store import Bucket, open_bucket
+
+        self.hosts = hosts
+        s = site.settings
+        creds = profile_credentials(reader)
+        rgw = site.group("rgw")
+        if creds is not None and rgw:
+            self.bucket = Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
+                                 host=f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}",
+                                 region=s.deploykit_s3_region, credentials=creds)
+        else:
+            self.bucket = open_bucket(site)
+
+    def restart(self, target: Target) -> None:
+        from deploy_kit.transport.ssh import run_on
+
+        output = run_on(self.hosts[target.name], RESTART, timeout=300)
+        if "__restarted__" not in output:
+            raise DeployKitError(f"{target.name}: restarting vllm / lmcache-server failed",
+                                 hint=f"systemctl status vllm lmcache-server on {target.name}")
+
+    def objects(self) -> set[str]:
+        from deploy_kit.cache.store import list_objects
+
+        return {o.key for o in list_objects(self.bucket)}
+
+    def purge(self, keys: set[str]) -> int:
+        from deploy_kit.cache.store import delete_objects
+
+        return delete_objects(self.bucket, sorted(keys)) if keys else 0
+
+
+def manifest(hosts: list[Host]) -> dict[str, Any]:
+    """vLLM's /version and what is installed on each host (LMCache, vLLM, torch, driver)."""
+    from deploy_kit.verify.probes import serving_probe
+
+    out: dict[str, Any] = {}
+    for host in hosts:
+        seen = serving_probe.probe(host, [])
+        api = oa.served(host.address, host.config.vllm_port, api_key(host))
+        out[host.name] = {"vllm_api_version": api.version, **seen.versions,
+                          "accelerator": host.config.vllm_accelerator or "cuda",
+                          "lmcache_topology": getattr(host.config, "lmcache_topology",
+                                                      "inprocess"),
+                          "max_model_len": api.max_model_len}
+    return out
+
+
+def target(host: Host, seen: oa.Served) -> Target:
+    return Target(host.name, host.address, host.config.vllm_port, model_name(host, seen),
+                  api_key(host))
+
+
+def run(site: Site, site_name: str, lengths: list[int] | None, repeats: int, out: Path,
+        max_tokens: int = 16, allow_single_host: bool = False,
+        log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    hosts = site.group("vllm")
+    answering = []
+    for host in hosts:
+        seen = oa.served(host.address, host.config.vllm_port, api_key(host))
+        if seen.health == 200 and seen.models:
+            answering.append((host, seen))
+    if not answering or (len(answering) < 2 and not allow_single_host):
+        raise HostsUnreachable(
+            f"bench ttft needs 2 serving hosts answering /health and /v1/models, "
+            f"{len(answering)} of {len(hosts)} do "
+            f"({', '.join(h.name for h, _ in answering) or 'none'})",
+            hint="start vLLM (`deploykit up`), or --allow-single-host to skip the "
+                 "other-host case")
+    (host_a, seen_a), rest = answering[0], answering[1:]
+    a = target(host_a, seen_a)
+    b = target(*rest[0]) if rest else None
+    limits = [s.max_model_len for _, s in answering[:2] if s.max_model_len]
+    c = host_a.config
+    chosen = lengths or default_lengths(c.vllm_accelerator, min(limits) if limits else None,
+                                        max_tokens)
+    if not chosen:
+        raise DeployKitError("no context length fits the served max_model_len")
+    token_ids = oa.token_range(c.vllm_accelerator)
+    now = datetime.datetime.now(datetime.UTC)
+    run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.urandom(2).hex()}"
+    by_name = {h.name: h for h, _ in answering}
+    tier = SiteTier(site, by_name, host_a)
+    results, purged, notes = run_protocol(
+        a, b, chosen, repeats, tier, max_tokens=max_tokens, token_ids=token_ids,
+        run_id=run_id, ready_timeout=float(c.vllm_health_timeout), log=log)
+    skipped = {} if b else {"remote_hit_other_host": "one serving host answers"}
+    doc = ttft_report.document(
+        site=site_name, run_id=run_id, started=now.isoformat(timespec="seconds"), model=a.model,
+        hosts={"a": a.name, "b": b.name if b else None}, lengths=chosen, repeats=repeats,
+        max_tokens=max_tokens, token_ids=token_ids,
+        manifest=manifest([h for h, _ in answering[:2]]), results=results, purged=purged,
+        notes=notes, skipped_cases=skipped)
+    return write(doc, out)
+
+
+def write(doc: dict[str, Any], out: Path) -> dict[str, Any]:
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ttft.json").write_text(json.dumps(doc, indent=2) + "\n")
+    ttft_report.plot(doc, out / "ttft.png")
+    doc["files"] = [str(out / "ttft.json"), str(out / "ttft.png")]
+    return doc

@@ -1,0 +1,160 @@
+"""`bench ttft` results: the JSON document, its schema check, the table and the plot (pure:
+rows in, document/table/PNG out; no host contacted)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+SCHEMA = "deploykit-bench-ttft/1"
+CASES = ("cold", "dram_hit", "remote_hit_restart", "remote_hit_other_host", "dram_only_control")
+LABELS = {"cold": "cold prefill (host A)",
+          "dram_hit": "LMCache DRAM hit (host A, same processes)",
+          "remote_hit_restart": "remote hit after restarting vLLM + LMCache (host A)",
+          "remote_hit_other_host": "remote hit on host B (never saw the prompt)",
+          "dram_only_control": "DRAM-only control: cold prefill on host B"}
+ROW_KEYS: dict[str, type | tuple[type, ...]] = {
+    "context_tokens": int, "case": str, "repeat": int, "host": str,
+    "ttft_s": (float, type(None)), "tpot_s": (float, type(None)),
+    "hit_tokens": (int, type(None)), "local_hit_tokens": (int, type(None)),
+    "prompt_tokens": (int, type(None)), "completion_tokens": (int, type(None)),
+    "error": (str, type(None))}
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median TTFT/TPOT and hit tokens per (context length, case), plus TTFT relative to cold."""
+    out: list[dict[str, Any]] = []
+    lengths = sorted({r["context_tokens"] for r in results})
+    for length in lengths:
+        rows = [r for r in results if r["context_tokens"] == length]
+        cold = _median([r["ttft_s"] for r in rows if r["case"] == "cold" and
+                        r["ttft_s"] is not None])
+        for case in CASES:
+            mine = [r for r in rows if r["case"] == case]
+            if not mine:
+                continue
+            ttft = _median([r["ttft_s"] for r in mine if r["ttft_s"] is not None])
+            tpot = _median([r["tpot_s"] for r in mine if r["tpot_s"] is not None])
+            hits = [r["hit_tokens"] for r in mine if r["hit_tokens"] is not None]
+            out.append({"context_tokens": length, "case": case, "n": len(mine),
+                        "ttft_s": ttft, "tpot_s": tpot,
+                        "hit_tokens": int(statistics.median(hits)) if hits else None,
+                        "ttft_vs_cold": (ttft / cold) if ttft is not None and cold else None,
+                        "errors": sum(1 for r in mine if r["error"])})
+    return out
+
+
+def document(*, site: str, run_id: str, started: str, model: str, hosts: dict[str, str | None],
+             lengths: list[int], repeats: int, max_tokens: int, token_ids: tuple[int, int],
+             manifest: dict[str, Any], results: list[dict[str, Any]],
+             purged: dict[int, int], notes: list[str], skipped_cases: dict[str, str]
+             ) -> dict[str, Any]:
+    return {"schema": SCHEMA, "site": site, "run_id": run_id, "started": started,
+            "model": model, "hosts": hosts, "lengths": lengths, "repeats": repeats,
+            "max_tokens": max_tokens, "token_ids": list(token_ids),
+            "cases": {c: _label(c, skipped_cases) for c in CASES if c not in skipped_cases},
+            "skipped_cases": skipped_cases, "manifest": manifest, "results": results,
+            "summary": summarise(results),
+            "purged_objects": {str(k): v for k, v in purged.items()}, "notes": notes}
+
+
+def _label(case: str, skipped_cases: dict[str, str]) -> str:
+    if case == "dram_only_control" and "remote_hit_other_host" in skipped_cases:
+        return "DRAM-only control: cold prefill of a fresh prompt (host A)"
+    return LABELS[case]
+
+
+def problems(doc: dict[str, Any]) -> list[str]:
+    """What is wrong with a document against SCHEMA (empty: valid)."""
+    found = []
+    for key in ("schema", "site", "model", "hosts", "lengths", "repeats", "manifest",
+                "results", "summary"):
+        if key not in doc:
+            found.append(f"missing {key}")
+    if doc.get("schema") != SCHEMA:
+        found.append(f"schema {doc.get('schema')!r}")
+    for i, row in enumerate(doc.get("results", [])):
+        for key, kind in ROW_KEYS.items():
+            if key not in row:
+                found.append(f"results[{i}] missing {key}")
+            elif not isinstance(row[key], kind) or isinstance(row[key], bool):
+                found.append(f"results[{i}].{key} is {type(row[key]).__name__}")
+        if row.get("case") not in CASES:
+            found.append(f"results[{i}].case {row.get('case')!r}")
+    return found
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "-"
+    if row["ttft_s"] is None:
+        return "error"
+    hits = "?" if row["hit_tokens"] is None else f"{row['hit_tokens']:,}"
+    return f"{row['ttft_s']:.3f} s ({hits} hit)"
+
+
+def table(doc: dict[str, Any]) -> Table:
+    cases = [c for c in CASES if c in doc["cases"]]
+    out = Table(title=f"TTFT by context length: {doc['model']} on {doc['site']} "
+                      f"(median of {doc['repeats']})", title_justify="left")
+    out.add_column("context tokens", justify="right")
+    for case in cases:
+        out.add_column(case, justify="right")
+    out.add_column("other host / cold", justify="right")
+    by = {(s["context_tokens"], s["case"]): s for s in doc["summary"]}
+    for length in sorted({s["context_tokens"] for s in doc["summary"]}):
+        ratio = by.get((length, "remote_hit_other_host"), {}).get("ttft_vs_cold")
+        out.add_row(f"{length:,}", *[_cell(by.get((length, c))) for c in cases],
+                    f"{ratio:.2f}" if ratio is not None else "-")
+    return out
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure(doc: dict[str, Any]) -> Any:
+    """TTFT (log s) against context length (log2 tokens), one line per case."""
+    fig, ax = _pyplot().subplots(figsize=(8, 5), dpi=110)
+    for case in CASES:
+        points = sorted((s["context_tokens"], s["ttft_s"]) for s in doc["summary"]
+                        if s["case"] == case and s["ttft_s"])
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                    label=doc.get("cases", {}).get(case, LABELS[case]))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    lengths = sorted({s["context_tokens"] for s in doc["summary"]})
+    if lengths:
+        ax.set_xticks(lengths, [f"{n // 1024}K" if n % 1024 == 0 else str(n)
+                                for n in lengths])
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("time to first token (s, log scale)")
+    ax.set_title(f"TTFT: cold vs LMCache hits, {doc['model']} ({doc['site']})", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot(doc: dict[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    fig = figure(doc)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

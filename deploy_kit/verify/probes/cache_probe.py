@@ -1,0 +1,92 @@
+"""Does LMCache really serve hits? Each serving host gets one fresh prompt (two full LMCache
+chunks and a few tokens) twice; vLLM's counters around each request say how many prompt
+tokens came from the connector. Hosts are probed one after another so the deltas of one
+do not include another's probe (other clients' traffic can only add to them).
+
+Where vLLM's own prefix cache is on, the repeat is answered from it and the connector is
+not asked; the prompt then goes to another serving host, which never saw it, so only the
+shared tier can supply its chunks. Each probe leaves two chunks in the bucket (its
+lifecycle rule expires them).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from deploy_kit.config.site import Host
+from deploy_kit.verify.model import CacheProbe
+from deploy_kit.verify.probes import completions as oa
+
+EXTRA_TOKENS = 5  # past the last full chunk: a prompt that is not a multiple of the chunk
+SETTLE_S = 1.0  # LMCache stores a request's chunks when it finishes
+
+
+def api_key(host: Host) -> str | None:
+    secret = getattr(host.config, "vllm_api_key", None)
+    return secret.get_secret_value() if secret is not None else None
+
+
+def model_name(host: Host, seen: oa.Served | None = None) -> str:
+    c = host.config
+    if seen is not None and seen.model:
+        return seen.model
+    return str(getattr(c, "vllm_served_model_name", None) or c.vllm_model)
+
+
+def _request(host: Host, model: str, ids: list[int]) -> tuple[oa.Timing, oa.Hits | None]:
+    port = host.config.vllm_port
+    before = oa.metrics(host.address, port)
+    timed = oa.stream_completion(host.address, port, model, ids, 2, api_key(host),
+                                 timeout=600)
+    after = oa.metrics(host.address, port)
+    return timed, oa.delta(before, after)
+
+
+def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
+    c = host.config
+    port = c.vllm_port
+    result = CacheProbe(host=host.name, address=host.address)
+    seen = oa.served(host.address, port, api_key(host))
+    result.serving = seen.health == 200 and bool(seen.models)
+    if not result.serving:
+        result.error = f"/health {seen.health}, /v1/models {'ok' if seen.models else 'none'}"
+        return result
+    chunk = int(c.lmcache_chunk_size)
+    result.prompt_tokens = 2 * chunk + EXTRA_TOKENS
+    result.expected_hit_tokens = 2 * chunk
+    ids = oa.prompt_ids(result.prompt_tokens, f"verify-{run_id}-{host.name}",
+                        oa.token_range(c.vllm_accelerator))
+    model = model_name(host, seen)
+    first, hits1 = _request(host, model, ids)
+    time.sleep(SETTLE_S)
+    second, hits2 = _request(host, model, ids)
+    result.first_ttft_s, result.second_ttft_s = first.ttft_s, second.ttft_s
+    result.counters = oa.metrics(host.address, port)
+    if first.error or second.error:
+        result.error = f"completion failed: {first.error or second.error}"
+        return result
+    if hits1 is not None and hits2 is not None:
+        result.first_external, result.second_external = hits1.external, hits2.external
+        result.second_local = hits2.local
+    if hits2 is not None and hits2.external == 0 and hits2.local > 0:
+        for other in others:
+            if other.name == host.name:
+                continue
+            timed, hits = _request(other, model_name(other), ids)
+            if timed.error is None and hits is not None:
+                result.other_host, result.other_external = other.name, hits.external
+                break
+    return result
+
+
+def probe(hosts: list[Host]) -> list[CacheProbe]:
+    run_id = f"{int(time.time())}-{os.urandom(3).hex()}"
+    out: list[CacheProbe] = []
+    for host in hosts:
+        try:
+            out.append(probe_host(host, run_id, hosts))
+        except Exception as exc:  # an unreachable host is a finding, not a crash
+            out.append(CacheProbe(host=host.name, address=host.address,
+                                  error=f"{type(exc).__name__}: {exc}"))
+    return out

@@ -1,0 +1,58 @@
+"""Cache-hit probe observations for the check tests: a healthy one and the ways it breaks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from deploy_kit.verify.model import (
+    EXTERNAL_HITS,
+    EXTERNAL_QUERIES,
+    LOCAL_HITS,
+    LOCAL_QUERIES,
+    CacheProbe,
+)
+
+
+def cache_probe(name: str) -> CacheProbe:
+    """What the lab's loopback vLLM + LMCache server really answered (2 chunks + 5 tokens)."""
+    return CacheProbe(host=name, address=f"10.9.1.{name[-1]}", serving=True,
+                      prompt_tokens=517, expected_hit_tokens=512, first_ttft_s=0.41,
+                      second_ttft_s=0.055, first_external=0, second_external=512,
+                      second_local=0,
+                      counters={EXTERNAL_HITS: 6654.0, EXTERNAL_QUERIES: 13322.0,
+                                LOCAL_HITS: 0.0, LOCAL_QUERIES: 0.0})
+
+
+def _degraded(o: Any) -> None:
+    """In-process LMCacheConnectorV1 on CPU: the connector is asked, never hits."""
+    o.cache[1].second_external = 0
+    assert o.cache[1].counters is not None
+    o.cache[1].counters[EXTERNAL_HITS] = 0.0
+
+
+def _masked_other_misses(o: Any) -> None:
+    o.cache[0].second_external, o.cache[0].second_local = 0, 512
+    o.cache[0].other_host, o.cache[0].other_external = "gpu2", 0
+
+
+def _no_connector(o: Any) -> None:
+    assert o.cache[0].counters is not None
+    o.cache[0].counters[EXTERNAL_QUERIES] = o.cache[0].counters[EXTERNAL_HITS] = 0.0
+
+
+def _old_vllm(o: Any) -> None:
+    o.cache[1].counters = {LOCAL_HITS: 0.0}
+
+
+CACHE_CASES: list[tuple[str, Callable[[Any], None], str, str]] = [
+    ("lmcache-cache-hit", _degraded, "gpu2", "got 0 tokens from LMCache (expected 512)"),
+    ("lmcache-cache-hit", _masked_other_misses, "gpu1", "gpu2, which never saw the prompt"),
+    ("lmcache-cache-hit", lambda o: setattr(o.cache[0], "error", "completion failed: HTTP 500"),
+     "gpu1", "HTTP 500"),
+    ("vllm-external-prefix-metrics", _degraded, "gpu2", "never hit"),
+    ("vllm-external-prefix-metrics", _no_connector, "gpu1", "no LMCache connector loaded"),
+    ("vllm-external-prefix-metrics", _old_vllm, "gpu2", "no vllm:external_prefix_cache_"),
+    ("vllm-external-prefix-metrics", lambda o: setattr(o.cache[0], "counters", None), "gpu1",
+     "does not answer"),
+]

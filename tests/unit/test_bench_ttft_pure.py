@@ -1,0 +1,192 @@
+"""bench ttft's pure parts: prompt ids, TTFT/TPOT from a recorded stream, vLLM's counters,
+the protocol's order of cases (fake tier), the JSON schema, the table and the plot."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from deploy_kit.bench import ttft, ttft_report
+from deploy_kit.verify.probes import completions as oa
+
+# vLLM 0.32.0 (CPU) answering a 6-token prompt, max_tokens 3, recorded with curl -N
+_CHUNK = '{"id":"cmpl-a6","object":"text_completion","choices":[%s]%s}'
+_CHOICE = '{"index":0,"text":"<|reserved_%d|>","finish_reason":%s}'
+STREAM = "\n\n".join(["data: " + _CHUNK % (_CHOICE % (333, "null"), ""),
+                       "data: " + _CHUNK % (_CHOICE % (333, "null"), ""),
+                       "data: " + _CHUNK % (_CHOICE % (472, '"length"'), ""),
+                       "data: " + _CHUNK % ("", ',"usage":{"prompt_tokens":6,'
+                                                '"total_tokens":9,"completion_tokens":3}'),
+                       "data: [DONE]", ""]).encode()
+
+METRICS = """# HELP vllm:external_prefix_cache_hits_total External prefix cache hits
+# TYPE vllm:external_prefix_cache_hits_total counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 0.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 0.0
+vllm:external_prefix_cache_queries_total{engine="0",model_name="m"} 12288.0
+vllm:external_prefix_cache_queries_created{engine="0",model_name="m"} 1.796298657402773e+09
+vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 6142.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} 6146.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv_transfer"} 6142.0
+"""
+
+
+def test_prompt_ids_are_reproducible_in_range_and_fresh_per_seed() -> None:
+    one = oa.prompt_ids(4096, "run-4096-0")
+    assert one == oa.prompt_ids(4096, "run-4096-0") and len(one) == 4096
+    assert min(one) >= 3 and max(one) <= 258
+    other = oa.prompt_ids(4096, "run-4096-1")
+    assert all(one[i:i + 256] != other[i:i + 256] for i in range(0, 4096, 256))
+    assert oa.token_range("cpu") == (3, 259) and oa.token_range("cuda") == (1000, 31000)
+
+
+def test_ttft_and_tpot_from_a_recorded_stream() -> None:
+    times = [0.50, 0.60, 0.70, 0.71, 0.72]
+    events = [(t, d) for t, d in zip(times, (oa.sse_data(line) for line in STREAM.splitlines()
+                                             if oa.sse_data(line) is not None), strict=False)]
+    assert len(events) == 4  # [DONE] and blank lines dropped
+    timed = oa.timing(events, total_s=0.72)
+    assert timed.ttft_s == 0.50  # the usage chunk (choices: []) is not a token
+    assert timed.completion_tokens == 3 and timed.prompt_tokens == 6
+    assert timed.tpot_s == pytest.approx((0.70 - 0.50) / 2)
+    assert oa.timing([(0.1, {"choices": []})]).error == "the stream carried no choice"
+
+
+def test_metrics_parsed_and_deltas() -> None:
+    before = oa.parse_metrics(METRICS)
+    assert before[oa.EXTERNAL_HITS] == 6142 and before[oa.EXTERNAL_QUERIES] == 12288
+    assert before["vllm:prompt_tokens_by_source_total{source=external_kv_transfer}"] == 6142
+    assert "vllm:external_prefix_cache_queries_created" not in before
+    after = dict(before, **{oa.EXTERNAL_HITS: 6142 + 4095, oa.EXTERNAL_QUERIES: 12288 + 4096})
+    hits = oa.delta(before, after)
+    assert hits is not None and (hits.external, hits.local, hits.queried) == (4095, 0, 4096)
+    assert oa.delta(before, {}) is None and oa.delta(None, after) is None
+
+
+def test_default_lengths_per_accelerator_capped_by_max_model_len() -> None:
+    assert ttft.default_lengths("cpu", 16384, 16) == [1024, 2048, 4096, 8192]
+    assert ttft.default_lengths("cpu", 8192, 16) == [1024, 2048, 4096]
+    assert ttft.default_lengths("cuda", None, 16)[-1] == 131072
+    assert ttft.default_lengths("cuda", 40960, 16) == [4096, 8192, 16384, 32768]
+
+
+class FakeTier:
+    def __init__(self) -> None:
+        self.stored: set[str] = set()
+        self.events: list[str] = []
+
+    def restart(self, target: ttft.Target) -> None:
+        self.events.append(f"restart {target.name}")
+
+    def objects(self) -> set[str]:
+        return set(self.stored)
+
+    def purge(self, keys: set[str]) -> int:
+        self.events.append(f"purge {len(keys)}")
+        self.stored -= keys
+        return len(keys)
+
+
+def test_protocol_order_restart_and_purge(monkeypatch: pytest.MonkeyPatch) -> None:
+    tier = FakeTier()
+    seen: dict[str, list[int]] = {}
+
+    def fake_measure(target: ttft.Target, ids: list[int], max_tokens: int) -> dict[str, Any]:
+        key = str(ids[:8])
+        hit = (len(ids) // 256) * 256 if key in seen else 0
+        seen.setdefault(key, ids)
+        tier.stored |= {f"{key}-{i}" for i in range(len(ids) // 256)}
+        tier.events.append(f"request {target.name}")
+        return {"host": target.name, "ttft_s": 1.0 if not hit else 0.1, "tpot_s": 0.01,
+                "total_s": 1.2, "prompt_tokens": len(ids), "completion_tokens": max_tokens,
+                "hit_tokens": hit, "local_hit_tokens": 0, "error": None}
+
+    monkeypatch.setattr(ttft, "measure", fake_measure)
+    monkeypatch.setattr(ttft, "wait_ready", lambda target, timeout: 0.0)
+    monkeypatch.setattr(ttft, "settle", lambda tier, before, **_: tier.objects() - before)
+    a, b = ttft.Target("a", "10.0.0.1", 8000, "m"), ttft.Target("b", "10.0.0.2", 8000, "m")
+    results, purged, notes = ttft.run_protocol(
+        a, b, [1024, 2048], 1, tier, max_tokens=4, token_ids=(3, 259), run_id="t",
+        ready_timeout=1)
+    assert [r["case"] for r in results[:5]] == list(ttft_report.CASES)
+    assert [r["host"] for r in results[:5]] == ["a", "a", "a", "b", "b"]
+    assert [r["hit_tokens"] for r in results[:5]] == [0, 1024, 1024, 1024, 0]
+    assert tier.events[:3] == ["request a", "request a", "restart a"]
+    assert tier.events.count("restart a") == 2 and tier.stored == set()
+    assert purged == {1024: 8, 2048: 16} and notes == []
+
+
+def _doc() -> dict[str, Any]:
+    results = []
+    for length, cold in ((1024, 0.4), (4096, 2.1)):
+        for case, ttft_s, hit in (("cold", cold, 0), ("dram_hit", 0.05, length),
+                                  ("remote_hit_restart", 0.2, length),
+                                  ("remote_hit_other_host", 0.25, length),
+                                  ("dram_only_control", cold * 1.1, 0)):
+            results.append({"context_tokens": length, "case": case, "repeat": 0,
+                            "host": "lab4" if "other" in case or "control" in case else "lab3",
+                            "ttft_s": ttft_s, "tpot_s": 0.02, "total_s": ttft_s + 0.3,
+                            "hit_tokens": hit, "local_hit_tokens": 0, "prompt_tokens": length,
+                            "completion_tokens": 16, "error": None})
+    return ttft_report.document(
+        site="lab", run_id="r", started="2026-12-03T12:00:00+00:00", model="lab-llama",
+        hosts={"a": "lab3", "b": "lab4"}, lengths=[1024, 4096], repeats=1, max_tokens=16,
+        token_ids=(3, 259), manifest={"lab3": {"vllm": "0.32.0", "lmcache": "0.5.6"}},
+        results=results, purged={1024: 4, 4096: 16}, notes=[], skipped_cases={})
+
+
+def test_document_matches_the_schema_and_summarises() -> None:
+    doc = _doc()
+    assert ttft_report.problems(doc) == []
+    row = next(s for s in doc["summary"] if s["context_tokens"] == 4096 and
+               s["case"] == "remote_hit_other_host")
+    assert row["ttft_vs_cold"] == pytest.approx(0.25 / 2.1) and row["hit_tokens"] == 4096
+    broken = copy.deepcopy(doc)
+    broken["results"][0]["case"] = "warm"
+    broken["results"][1]["ttft_s"] = "fast"
+    del broken["results"][2]["hit_tokens"]
+    found = ttft_report.problems(broken)
+    assert "results[0].case 'warm'" in found and "results[1].ttft_s is str" in found
+    assert "results[2] missing hit_tokens" in found
+
+
+def test_table_shows_every_case_and_the_ratio() -> None:
+    console = Console(width=220, record=True)
+    console.print(ttft_report.table(_doc()))
+    text = console.export_text()
+    assert "remote_hit_other_host" in text and "4,096" in text and "2.100 s (0 hit)" in text
+    assert f"{0.25 / 2.1:.2f}" in text
+
+
+def test_plot_is_a_labelled_png(tmp_path: Path) -> None:
+    doc = _doc()
+    fig = ttft_report.figure(doc)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "context length (tokens)"
+    assert "time to first token (s" in ax.get_ylabel() and "TTFT" in ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [ttft_report.LABELS[c] for c in ttft_report.CASES]
+    assert ax.get_yscale() == "log"
+    path = ttft_report.plot(doc, tmp_path / "ttft.png")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_fewer_than_two_serving_hosts_is_a_one_line_error(
+        make_inventory: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from deploy_kit.config.open import open_site
+    from deploy_kit.errors import HostsUnreachable
+
+    site = open_site(str(make_inventory()))
+    answering = {site.group("vllm")[0].address}
+    monkeypatch.setattr(oa, "served", lambda address, port, key=None: oa.Served(
+        health=200, models=[{"id": "m", "max_model_len": 8192}]) if address in answering
+        else oa.Served())
+    with pytest.raises(HostsUnreachable) as raised:
+        ttft.run(site, "inv", None, 1, tmp_path)
+    assert "needs 2 serving hosts" in raised.value.message and "1 of" in raised.value.message
+    assert "--allow-single-host" in (raised.value.hint or "")
