@@ -17,6 +17,7 @@ from deploy_kit.verify.model import (
     S3Probe,
     ServingHost,
     Status,
+    TlsEndpoint,
     evaluate,
 )
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
@@ -70,6 +71,9 @@ def healthy() -> Observation:
     obs.rgw_daemons = 4
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
+    obs.tls = [TlsEndpoint(a, 443, "lmcache.s3.t.test", dns_sans=["s3.t.test", "*.s3.t.test"],
+                           ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
+                           issuer="CN=deploykit CA t") for a in RGW]
     return obs
 
 
@@ -149,6 +153,18 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("vllm-connector-name", _connector, "gpu1", "rejects kv_parallel_size"),
     ("serving-host-reachable", lambda o: setattr(o.serving[1], "lmcache_yaml", None), "gpu2",
      "no LMCache config"),
+    ("s3-tls-certificate",
+     lambda o: setattr(o.tls[1], "verify_error", "unable to get local issuer certificate"),
+     f"{RGW[1]}:443", "does not verify against the site CA"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "dns_sans", ["s3.t.test"]),
+     f"{RGW[0]}:443", "lack *.s3.t.test"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "days_left", -1.5), f"{RGW[0]}:443",
+     "expired on"),
+    ("s3-tls-certificate",
+     lambda o: setattr(o.tls[1], "handshake_error", "SSLError: wrong version number"),
+     f"{RGW[1]}:443", "no TLS handshake"),
+    ("lmcache-s3-settings", lambda o: o.pinned.update(tls="1"), "gpu1",
+     "disable_tls: true against the TLS concentrators"),
     *CONSUL_CASES,
 ]
 
@@ -160,6 +176,7 @@ WARNINGS = [
     ("lmcache-telemetry-off", lambda o: o.serving[0].env.pop("LMCACHE_TRACK_USAGE"),
      "reports usage"),
     ("s3-bucket-lifecycle", lambda o: setattr(o.s3[1], "lifecycle", []), "differs"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "days_left", 12.2), "expires in 12 days"),
 ]
 
 

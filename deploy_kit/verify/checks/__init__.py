@@ -1,3 +1,3 @@
 """Importing this package registers every check (one module per area)."""
 
-from deploy_kit.verify.checks import ceph, consul, dns, s3, serving  # noqa: F401
+from deploy_kit.verify.checks import ceph, consul, dns, s3, serving, tls  # noqa: F401
