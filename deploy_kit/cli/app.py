@@ -22,7 +22,7 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_comp
                        "unreachable, 6 verify failed, 7 missing prerequisite, 130 interrupted.")
 
 for verb in (site_cmds.plan, site_cmds.render, site_cmds.validate, converge_cmds.up,
-             converge_cmds.down, verify_cmds.verify, verify_cmds.doctor):
+             site_cmds.wheelhouse, converge_cmds.down, verify_cmds.verify, verify_cmds.doctor):
     app.command()(verb)
 app.add_typer(cache_cmds.cache_app, name="cache")
 app.add_typer(bench_cmds.bench_app, name="bench")

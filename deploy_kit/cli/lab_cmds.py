@@ -16,11 +16,17 @@ lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "
 
 
 @lab_app.command("up")
-def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8)] = 4) -> None:
+def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8)] = 4,
+           serving: Annotated[bool, typer.Option(
+               "--serving/--no-serving",
+               help="lab3/lab4 run vLLM (CPU) + LMCache for real (about 7 GB of memory "
+                    "each once `up` starts them); --no-serving: units and config only")] = True,
+           ) -> None:
     """Bring the lab up (idempotent) and write inventory/lab/."""
     from deploy_kit.lab import lab
 
-    steps = lab.up(hosts, report=lambda m: console.print(m, markup=False))
+    steps = lab.up(hosts, report=lambda m: console.print(m, markup=False),
+                   with_serving=serving)
     for step in steps:
         console.print(f"  {step.name}: {step.seconds:.1f} s")
     console.print(f"[green]lab up[/]: inventory at {lab.lab_inventory_dir()}")

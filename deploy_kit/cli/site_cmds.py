@@ -58,3 +58,31 @@ def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> N
 
     site = open_site(inventory, vault_password_file)
     console.print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
+
+
+def wheelhouse(inventory: InventoryOpt,
+               out: Annotated[Path, typer.Option("--out", "-o", help="where the wheelhouses go"
+                                                 )] = Path("wheelhouse"),
+               python: Annotated[str, typer.Option(help="the serving hosts' python3")] = "3.11",
+               glibc: Annotated[str, typer.Option(help="the serving hosts' glibc")] = "2.36",
+               vault_password_file: VaultOpt = None) -> None:
+    """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
+    one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
+    Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
+    from deploy_kit.config.open import open_site
+    from deploy_kit.wheelhouse import Recipe, build
+
+    if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):
+        raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")
+    site = open_site(inventory, vault_password_file)
+    recipes = sorted({Recipe(h.config.vllm_accelerator or "cuda", h.config.vllm_version,
+                             h.config.lmcache_version, python, glibc)
+                      for h in site.group("vllm")}, key=lambda r: r.name)
+    if not recipes:
+        console.print("no vllm hosts in the inventory: nothing to download")
+        return
+    for recipe in recipes:
+        console.print(f"… {recipe.name}")
+        target = build(recipe, out)
+        console.print(f"[green]ok[/] {target.resolve()}  (vllm_wheel_dir and "
+                      f"lmcache_wheel_dir for {recipe.accelerator} hosts)")

@@ -47,7 +47,7 @@ def _absolute_path(value: str) -> str:
     return value
 
 
-Accelerator = Literal["cuda", "rocm", "gaudi3"]
+Accelerator = Literal["cuda", "rocm", "gaudi3", "cpu"]
 LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
 
 
@@ -201,12 +201,25 @@ class HostConfig(BaseModel):
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True
     lmcache_wheel_dir: str = ""
+    # inprocess: LMCache inside vLLM (LMCacheConnectorV1, the seed's layout); server: a
+    # standalone `lmcache server` unit per host (L1 DRAM + the remote tier as its L2) and
+    # vLLM's LMCacheMPConnector. CPU hosts need server (compat.yaml `topologies`).
+    lmcache_topology: Literal["inprocess", "server"] = "inprocess"
+    lmcache_server_port: int = Field(default=6555, ge=1, le=65535)  # vLLM <-> server (ZMQ)
+    lmcache_server_http_port: int = Field(default=6556, ge=1, le=65535)  # health, admin
+    lmcache_server_metrics_port: int = Field(default=6557, ge=1, le=65535)  # Prometheus
+    lmcache_server_l1_size_gb: float = Field(default=1.0, gt=0)  # DRAM tier, GB
+    lmcache_server_eviction_policy: Literal["LRU"] = "LRU"
+    lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
+    lmcache_server_mq_timeout: int = Field(default=120, ge=1)  # vLLM's wait for the server, s
 
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.33.0"
     vllm_accelerator: Accelerator | None = None
     vllm_model: str = "Qwen/Qwen3-32B"
     vllm_model_config: str | None = None  # local HF config.json for geometry
+    # where a local model directory (vllm_model: /path on the controller) is staged on hosts
+    vllm_models_dir: str = "/var/lib/vllm/models"
     vllm_tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     vllm_pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
     vllm_kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
@@ -218,7 +231,8 @@ class HostConfig(BaseModel):
     vllm_rope_scaling: dict[str, Any] | None = None
     vllm_port: int = Field(default=8000, ge=1, le=65535)
     vllm_python_hash_seed: int = Field(default=67, ge=0, le=4294967295)
-    vllm_kv_connector: str = "LMCacheConnectorV1"
+    # None: follows lmcache_topology (LMCacheConnectorV1 inprocess, LMCacheMPConnector server)
+    vllm_kv_connector: str | None = None
     vllm_kv_role: Literal["kv_both", "kv_producer", "kv_consumer"] = "kv_both"
     vllm_kv_transfer_extra: dict[str, Any] = Field(default_factory=dict)
     vllm_extra_args: list[str] = Field(default_factory=list)
@@ -237,13 +251,22 @@ class HostConfig(BaseModel):
     # buckets itself); warm-up skipping is for development only
     vllm_gaudi_bucketing_strategy: Literal["exp", "lin", "pad"] = "exp"
     vllm_gaudi_skip_warmup: bool = False
+    # cpu hosts: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; it lives in /dev/shm)
+    vllm_cpu_kvcache_space: int = Field(default=1, ge=1, le=4096)
+    vllm_enforce_eager: bool = False  # no torch.compile/graphs: starts in ~35 s on CPU, not ~150
+    vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
 
     # --- value checks (issue 10): everything pasted into config text is typed -------------
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
-                     "deploykit_ceph_conf")
+                     "deploykit_ceph_conf", "vllm_models_dir")
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)
+
+    @field_validator("vllm_model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        return _absolute_path(value) if value.startswith("/") else value
 
     @field_validator("deploykit_s3_fqdn")
     @classmethod
@@ -294,6 +317,31 @@ class HostConfig(BaseModel):
                 raise ValueError(f"{entry!r} is not a network in CIDR notation|use e.g. "
                                  "10.0.0.0/24") from None
         return value
+
+    @property
+    def kv_connector(self) -> str:
+        if self.vllm_kv_connector:
+            return self.vllm_kv_connector
+        return "LMCacheMPConnector" if self.lmcache_topology == "server" else "LMCacheConnectorV1"
+
+    @property
+    def model_is_local(self) -> bool:
+        """vllm_model names a directory on the controller that the vllm role stages."""
+        return self.vllm_model.startswith("/")
+
+    @property
+    def model_path_on_host(self) -> str:
+        if not self.model_is_local:
+            return self.vllm_model
+        return f"{self.vllm_models_dir}/{posixpath.basename(self.vllm_model.rstrip('/'))}"
+
+    @property
+    def served_model_name(self) -> str:
+        """What clients send as `model`: a local model is served by its directory's name."""
+        if self.vllm_served_model_name:
+            return self.vllm_served_model_name
+        return posixpath.basename(self.vllm_model.rstrip("/")) if self.model_is_local \
+            else self.vllm_model
 
     def declared_field_names(self) -> set[str]:
         return set(type(self).model_fields)

@@ -54,7 +54,7 @@ def groups_present(site: Site) -> Iterator[Problem]:
         if host.config.vllm_accelerator is None:
             yield Problem(_src(site, host, "vllm_accelerator"), "vllm_accelerator",
                           f"host {host.name} has no accelerator",
-                          "set vllm_accelerator: cuda | rocm | gaudi3")
+                          "set vllm_accelerator: cuda | rocm | gaudi3 | cpu")
 
 
 @rule
@@ -145,9 +145,9 @@ def kv_transfer_config_valid(site: Site) -> Iterator[Problem]:
             table = compat.vllm(host.config.vllm_version)
         except ValueError:
             continue
-        if host.config.vllm_kv_connector not in table.lmcache_connectors:
+        if host.config.kv_connector not in table.lmcache_connectors:
             yield Problem(_src(site, host, "vllm_kv_connector"), "vllm_kv_connector",
-                          f"{host.config.vllm_kv_connector!r} is not an LMCache connector "
+                          f"{host.config.kv_connector!r} is not an LMCache connector "
                           f"of vLLM {host.config.vllm_version}",
                           f"use one of {sorted(table.lmcache_connectors)} (exact spelling)")
         for field in sorted(set(host.config.vllm_kv_transfer_extra) - table.kv_transfer_fields):
@@ -305,6 +305,10 @@ def ports_in_use(host: Host) -> dict[int, str]:
         claims += [(c.consul_dns_port, "consul_dns_port"), (8500, "consul HTTP API")]
     if "vllm" in host.groups:
         claims.append((c.vllm_port, "vllm_port"))
+        if c.lmcache_topology == "server":
+            claims += [(c.lmcache_server_port, "lmcache_server_port"),
+                       (c.lmcache_server_http_port, "lmcache_server_http_port"),
+                       (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
     seen: dict[int, str] = {}
     for port, key in claims:
         seen[port] = f"{seen[port]}|{key}" if port in seen and seen[port] != key else key
@@ -587,3 +591,55 @@ def tls_settings_valid(site: Site) -> Iterator[Problem]:
         if value is not None and (not value or "\n" in value or "\x00" in value):
             yield Problem(site.settings_source(key), key, f"{value!r} is not a path",
                           "give a path on the controller (relative: to the inventory)")
+
+
+# The connector each topology loads (vllm/distributed/kv_transfer/kv_connector/factory.py)
+TOPOLOGY_CONNECTOR = {"inprocess": "LMCacheConnectorV1", "server": "LMCacheMPConnector"}
+
+
+@rule
+def accelerator_supported(site: Site) -> Iterator[Problem]:
+    """The pinned vLLM must have a build for the accelerator, and LMCache a topology that
+    works there: the in-process connector has no CPU path and silently recomputes."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.vllm_accelerator is None:
+            continue
+        try:
+            table = compat.vllm(c.vllm_version)
+        except ValueError:
+            continue
+        if c.vllm_accelerator not in table.accelerators:
+            rows = [s for s in compat.supported_series("vllm")
+                    if c.vllm_accelerator in compat.vllm(f"{s}.0").accelerators]
+            yield Problem(_src(site, host, "vllm_version"), "vllm_version",
+                          f"vLLM {c.vllm_version} has no {c.vllm_accelerator} build in the "
+                          "compatibility table",
+                          f"pin a {' or '.join(f'{s}.x' for s in rows) or 'supported'} "
+                          f"vllm_version for {c.vllm_accelerator} hosts", hosts=(host.name,))
+            continue
+        allowed = table.topologies_for(c.vllm_accelerator)
+        if c.lmcache_topology not in allowed:
+            yield Problem(_src(site, host, "lmcache_topology"), "lmcache_topology",
+                          f"{c.lmcache_topology} does not work on {c.vllm_accelerator} hosts: "
+                          "LMCache's in-process connector has no CPU path and silently "
+                          "recomputes every prefix (0 hits)",
+                          f"set lmcache_topology: {allowed[0]}", hosts=(host.name,))
+        if c.vllm_kv_connector and c.vllm_kv_connector in TOPOLOGY_CONNECTOR.values() and \
+                c.vllm_kv_connector != TOPOLOGY_CONNECTOR[c.lmcache_topology]:
+            yield Problem(_src(site, host, "vllm_kv_connector"), "vllm_kv_connector",
+                          f"{c.vllm_kv_connector} does not talk to lmcache_topology "
+                          f"{c.lmcache_topology}",
+                          "leave vllm_kv_connector unset (it follows the topology)",
+                          hosts=(host.name,))
+        if c.lmcache_topology == "server" and c.lmcache_mode == "nixl":
+            yield Problem(_src(site, host, "lmcache_mode"), "lmcache_mode",
+                          "the LMCache server has no NIXL L2 adapter",
+                          "use lmcache_mode s3 with lmcache_topology server", hosts=(host.name,))
+        multiple = (table.block_size_multiple or {}).get(c.vllm_accelerator)
+        if multiple and c.vllm_block_size is not None and c.vllm_block_size % multiple:
+            yield Problem(_src(site, host, "vllm_block_size"), "vllm_block_size",
+                          f"{c.vllm_block_size} on {c.vllm_accelerator}: vLLM's CPU attention "
+                          f"needs a multiple of {multiple}",
+                          f"leave it unset ({table.default_block_size[c.vllm_accelerator]}) or "
+                          f"use a multiple of {multiple}", hosts=(host.name,))

@@ -50,7 +50,10 @@ class Host:
         if self.config.vllm_block_size is not None:
             return self.config.vllm_block_size
         table = compat.vllm(self.config.vllm_version).default_block_size
-        return table[self.config.vllm_accelerator or "cuda"]
+        accelerator = self.config.vllm_accelerator or "cuda"
+        if accelerator not in table:  # accelerator_supported reports it
+            raise ValueError(f"vLLM {self.config.vllm_version} has no {accelerator} build")
+        return table[accelerator]
 
     @property
     def workers(self) -> int:
@@ -107,15 +110,23 @@ def _fix_for(error: dict[str, Any]) -> str:
 
 def _geometry(raw_vars: dict[str, Any], config: HostConfig, root: Path, source: str,
               problems: list[Problem], hosts: tuple[str, ...] = ()) -> ModelGeometry | None:
-    if config.vllm_model_config:
-        path = Path(config.vllm_model_config)
+    model_config = config.vllm_model_config
+    if model_config is None and config.model_is_local:
+        model_config = f"{config.vllm_model.rstrip('/')}/config.json"  # the staged directory's
+        source_key = "vllm_model"
+    else:
+        source_key = "vllm_model_config"
+    if model_config:
+        path = Path(model_config)
         path = path if path.is_absolute() else root / path
         try:
             return from_hf_config(path)
         except (OSError, KeyError, ValueError, TypeError, ArithmeticError) as exc:
             detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            problems.append(Problem(source, "vllm_model_config", f"cannot use {path}: {detail}",
-                                    "point it at the model's config.json", hosts=hosts))
+            problems.append(Problem(source, source_key, f"cannot use {path}: {detail}",
+                                    "point it at the model's config.json" if source_key ==
+                                    "vllm_model_config" else "give the model directory on the "
+                                    "controller (with its config.json)", hosts=hosts))
             return None
     geometry = find_preset(config.vllm_model)
     if geometry is None:

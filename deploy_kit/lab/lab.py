@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.lab import ceph, hosts, image, upstream
+from deploy_kit.lab import ceph, hosts, image, serving, upstream
 from deploy_kit.lab.consul import ensure_consul
 from deploy_kit.lab.coredns import ensure_coredns
 from deploy_kit.lab.inventory import write_inventory
@@ -66,8 +66,9 @@ def is_up() -> bool:
     return True
 
 
-def up(count: int, report: Any = print) -> list[Step]:
-    """Idempotent: an already running lab is left as it is."""
+def up(count: int, report: Any = print, with_serving: bool = True) -> list[Step]:
+    """Idempotent: an already running lab is left as it is. with_serving: lab3/lab4 install
+    and run vLLM (CPU) + an LMCache server for real; without, units and config only."""
     require_root()
     if is_up():
         report("lab is already up")
@@ -103,7 +104,9 @@ def up(count: int, report: Any = print) -> list[Step]:
                                "address": host.address, "pid": pid})
         _save(state)
     timed(f"{count} hosts answering SSH", hosts.wait_ssh, lab)
-    write_inventory(lab_inventory_dir(), lab, state["ceph"], key)
+    artefacts = timed("serving wheelhouse and model (first time about 1 min)",
+                      serving.ensure_serving) if with_serving else None
+    write_inventory(lab_inventory_dir(), lab, state["ceph"], key, artefacts)
     return steps
 
 

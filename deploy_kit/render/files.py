@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.exit_codes import ExitCode
-from deploy_kit.render import consul, dns, names, storage, vllm
+from deploy_kit.render import consul, dns, lmcache_server, names, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
 
@@ -68,7 +68,11 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
     if "vllm" in host.groups:
         if c.resolver_manage:
             files["/etc/resolv.conf"] = RenderedFile(dns.render_resolv_conf(site))
-        files[names.lmcache_config_path(c)] = RenderedFile(render_lmcache_yaml(c))
+        if c.lmcache_topology == "inprocess":
+            files[names.lmcache_config_path(c)] = RenderedFile(render_lmcache_yaml(c))
+        else:
+            files[lmcache_server.env_path(c)] = RenderedFile(lmcache_server.render_env_file(c))
+            files[lmcache_server.UNIT_PATH] = RenderedFile(lmcache_server.render_unit(c))
         if c.lmcache_mode in ("s3", "nixl"):
             files[names.credentials_path(c)] = credentials_file(host)
             files[names.aws_config_path(c)] = RenderedFile(render_template(

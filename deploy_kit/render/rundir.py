@@ -27,6 +27,7 @@ from deploy_kit.render.storage import (
     lifecycle_rules,
 )
 from deploy_kit.render.vllm import secret_env_path
+from deploy_kit.wheelhouse import lock_digest
 
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
@@ -61,6 +62,15 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "haproxy_stats_env": HAPROXY_STATS_ENV_PATH,
         "has_vllm_api_key": c.vllm_api_key is not None,
         "has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
+        "kv_connector": c.kv_connector,
+        # a local model directory on the controller, staged by the vllm role
+        "model_is_local": c.model_is_local,
+        "model_on_host": c.model_path_on_host,
+        "lmcache_server": c.lmcache_topology == "server",
+        # CPU hosts run vLLM on their cores: no accelerator device to look for
+        "needs_device": accelerator != "cpu",
+        # a deploykit wheelhouse (requirements.lock): the serving_env role installs it whole
+        "wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
     }
     return settings
 

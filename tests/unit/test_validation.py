@@ -26,7 +26,12 @@ def test_base_inventory_is_valid(make_inventory: InventoryFactory) -> None:
     assert problems(make_inventory) == []
 
 
+CPU = {"vllm_accelerator": "cpu", "vllm_version": "0.32.0", "lmcache_topology": "server"}
+
+
 @pytest.mark.parametrize(("group_vars", "key", "text"), [
+    ({"vllm": {"vllm_model": "/srv/models/none"}}, "vllm_model", "cannot use"),
+    ({"vllm": {"vllm_model": "/srv/models/../etc"}}, "vllm_model", "not an absolute, normalised"),
     ({"vllm": {"lmcache_chunk_size": 250}}, "lmcache_chunk_size", "not a multiple"),
     ({"vllm": {"vllm_block_size": 32, "lmcache_chunk_size": 48}}, "lmcache_chunk_size",
      "block size 32"),
@@ -86,6 +91,7 @@ def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str
 
 
 @pytest.mark.parametrize("group_vars", [
+    {"vllm": {"lmcache_topology": "server"}},  # GPUs may run the server topology too
     {"vllm": {"lmcache_chunk_size": 512}},
     {"vllm": {"vllm_block_size": 32, "lmcache_chunk_size": 256}},
     {"vllm": {"lmcache_mode": "dram", "lmcache_save_unfull_chunk": True}},
@@ -148,3 +154,43 @@ def test_coredns_checksum_must_be_a_sha256(make_inventory: InventoryFactory) -> 
         open_site(str(root))
     ok = make_inventory(dns={"coredns_binary_checksum": "sha256:" + "a" * 64})
     assert open_site(str(ok)).hosts["dns1"].config.coredns_binary_checksum.endswith("a" * 64)
+
+
+def cpu_hosts() -> dict:
+    """BASE_HOSTS with every serving host on CPU cores (host vars beat group vars)."""
+    hosts = copy.deepcopy(BASE_HOSTS)
+    for host in hosts["all"]["children"]["vllm"]["hosts"].values():
+        host["vllm_accelerator"] = "cpu"
+    return hosts
+
+
+@pytest.mark.parametrize(("group_vars", "key", "text"), [
+    ({**CPU, "lmcache_topology": "inprocess"}, "lmcache_topology", "silently recomputes"),
+    ({**CPU, "vllm_version": "0.33.0"}, "vllm_version", "has no cpu build"),
+    ({**CPU, "vllm_block_size": 16, "lmcache_chunk_size": 256}, "vllm_block_size",
+     "multiple of 32"),
+    ({**CPU, "lmcache_mode": "nixl"}, "lmcache_mode", "no NIXL L2 adapter"),
+    ({**CPU, "vllm_kv_connector": "LMCacheConnectorV1"}, "vllm_kv_connector",
+     "does not talk to lmcache_topology server"),
+    ({**CPU, "lmcache_server_http_port": 8000}, "lmcache_server_http_port",
+     "also used by vllm_port"),
+])
+def test_cpu_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str,
+                        text: str) -> None:
+    found = problems(make_inventory, cpu_hosts(), vllm=group_vars)
+    matching = [p for p in found if p.key == key]
+    assert matching, f"expected a problem on {key}, got {found}"
+    assert text in matching[0].message
+    assert matching[0].fix
+
+
+@pytest.mark.parametrize("group_vars", [
+    CPU, {**CPU, "vllm_block_size": 64, "lmcache_chunk_size": 256},
+    {**CPU, "lmcache_mode": "dram"}])
+def test_cpu_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> None:
+    assert problems(make_inventory, cpu_hosts(), vllm=group_vars) == []
+
+
+def test_gpu_host_on_a_cpu_only_vllm_is_refused(make_inventory: InventoryFactory) -> None:
+    found = problems(make_inventory, vllm={"vllm_version": "0.32.0"})
+    assert any(p.key == "vllm_version" and "has no cuda build" in p.message for p in found)

@@ -1,0 +1,47 @@
+"""The lab's random-weight Llama: a valid safetensors file, a byte tokenizer, its geometry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+from deploy_kit.geometry import bytes_per_token, from_hf_config
+from deploy_kit.lab import model
+
+
+def test_weights_are_valid_safetensors_and_deterministic(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    model.write_weights(first)
+    model.write_weights(second)
+    data = first.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    assert length % 8 == 0 and header.pop("__metadata__") == {"format": "pt"}
+    offset = 0
+    for name, shape in model.tensor_shapes():
+        entry = header[name]
+        size = 2
+        for dim in shape:
+            size *= dim
+        assert entry["dtype"] == "BF16" and entry["shape"] == list(shape)
+        assert entry["data_offsets"] == [offset, offset + size]
+        offset += size
+    assert len(data) == 8 + length + offset
+    norm = header["model.norm.weight"]["data_offsets"][0] + 8 + length
+    assert data[norm:norm + 2] == struct.pack("<H", 0x3F80)  # bf16 1.0
+    assert hashlib.sha256(data).digest() == hashlib.sha256(second.read_bytes()).digest()
+
+
+def test_tokenizer_has_one_token_per_byte_and_fills_the_vocab() -> None:
+    vocab = model.tokenizer_json()["model"]["vocab"]
+    assert sorted(vocab.values()) == list(range(model.GEOMETRY["vocab_size"]))
+    alphabet = model._byte_alphabet()
+    assert len(set(alphabet)) == 256 and all(vocab[c] >= len(model.SPECIALS) for c in alphabet)
+
+
+def test_geometry_is_eight_kib_per_token(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(model.model_config()))
+    geometry = from_hf_config(tmp_path / "config.json")
+    assert bytes_per_token(geometry, 2) == 2 * 8 * 4 * 64 * 2
