@@ -162,3 +162,21 @@ def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFac
     assert "ssl" not in plain["rgw1"]["/etc/haproxy/haproxy.cfg"].content
     lm = yaml.safe_load(plain["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
     assert lm["extra_config"]["disable_tls"] is True
+
+
+def test_the_render_play_issues_like_up(make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    """A plain ansible-playbook run renders with --for-roles: it must issue the certificates
+    the roles copy, and write no key into the tree."""
+    import subprocess
+    import sys
+
+    root = make_inventory(all=TLS)
+    out = tmp_path / "tree"
+    result = subprocess.run([sys.executable, "-m", "deploy_kit", "render", "--for-roles",
+                             "-i", str(root), "-o", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (root / ".deploykit-tls" / "rgw1.pem").exists()
+    assert "PRIVATE KEY" not in result.stdout + result.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"PRIVATE KEY" not in path.read_bytes(), path
