@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import copy
 import http.server
+import json
 import os
+import shutil
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -195,3 +198,38 @@ def test_nothing_answers_tls_where_plain_http_runs(gateway: int) -> None:
                       dns_servers=[], expected_pools=[], expected_rgw_daemons=1,
                       expected_lifecycle={"Rules": []}, pinned={"tls": "1"}, tls=[t])
     assert [f.status for f in evaluate(obs, {"s3-tls-certificate"})] == [Status.FAIL]
+
+
+CRT_CLIENT = Path(__file__).parent / "crt_tls_client.py"
+SYSTEM_BUNDLE = Path(tls_names.SYSTEM_BUNDLE)
+
+
+def _crt(tmp_path: Path, bundle: Path, *args: str) -> dict:
+    """The awscrt client in its own mount namespace: /etc/hosts names the bucket host
+    127.0.0.1 and `bundle` stands in for the system CA bundle, nothing on this machine
+    changes."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost {VHOST} {FQDN}\n")
+    script = (f"mount --bind {hosts} /etc/hosts && mount --bind {bundle} {SYSTEM_BUNDLE} && "
+              f"exec {sys.executable} {CRT_CLIENT} {' '.join(args)}")
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_awscrt_trusts_the_site_ca_through_the_system_bundle(
+        concentrator: tuple[Path, int], tmp_path: Path) -> None:
+    """What the serving hosts rely on (roles/lmcache/tasks/tls_trust.yml): LMCache's client,
+    awscrt with its default TLS context, accepts the concentrator only once the site CA is in
+    /etc/ssl/certs/ca-certificates.crt, as update-ca-certificates puts it there."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not SYSTEM_BUNDLE.exists():
+        pytest.skip("needs root, unshare and a Debian CA bundle (a private mount namespace)")
+    root, port = concentrator
+    ca = tls_names.ca_cert_path(root, open_site(str(root)).settings)
+    with_ca = tmp_path / "with-ca.crt"
+    with_ca.write_bytes(SYSTEM_BUNDLE.read_bytes() + b"\n" + ca.read_bytes())
+    assert _crt(tmp_path, with_ca, "s3", f"{VHOST}:{port}") == {"status": 200}
+    assert _crt(tmp_path, with_ca, "tls", VHOST, str(port)) == {"connected": True}
+    without = _crt(tmp_path, SYSTEM_BUNDLE, "tls", VHOST, str(port))
+    assert without.get("error") == "AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE", without
