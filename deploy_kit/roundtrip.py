@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.project import project_dir
-from deploy_kit.render import names
+from deploy_kit.render import names, tls
 from deploy_kit.transport.ssh import run_on
 from deploy_kit.verify.model import Finding, Status
 
@@ -35,20 +35,23 @@ class HostFiles:
     env: dict[str, str]
     files: dict[str, str]  # deployed path -> content
     resolv: str
+    ca_bundle: str = ""  # the host's system CA bundle (deploykit_s3_tls): what awscrt trusts
 
 
 def _read(host: Host) -> HostFiles:
     c = host.config
     paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
+    extra = [tls.SYSTEM_BUNDLE] if c.deploykit_s3_tls else []
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
-                       [names.vllm_env_path(c), *paths, "/etc/resolv.conf"])
+                       [names.vllm_env_path(c), *paths, "/etc/resolv.conf", *extra])
     from deploy_kit.transport.ssh import sections
 
     found = sections(run_on(host, script))
     env = dict(line.split("=", 1) for line in found.get(names.vllm_env_path(c), "").splitlines()
                if "=" in line and not line.startswith("#"))
     return HostFiles(env=env, files={p: found.get(p, "") for p in paths},
-                     resolv=found.get("/etc/resolv.conf", ""))
+                     resolv=found.get("/etc/resolv.conf", ""),
+                     ca_bundle=found.get(tls.SYSTEM_BUNDLE, "") if extra else "")
 
 
 # A local way to run the driver for a host (the lab: inside the host's network namespace),

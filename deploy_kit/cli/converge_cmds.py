@@ -60,6 +60,8 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
         verbosity=options.verbose)
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
     # Also for --print-command, so the printed command runs as it is.
+    if verb == "up":
+        issue_tls(site)
     record_dir = new_record_dir(verb)
     rendered = record_dir / "rendered"
     write_run_tree(site, rendered)
@@ -76,6 +78,18 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
     show_record(record, console)
     console.print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
+
+
+def issue_tls(site: Site) -> None:
+    """With deploykit_s3_tls: the CA and each concentrator certificate exist on the
+    controller before any role copies them (kept when still valid, so reruns change
+    nothing). Also in check mode: only the controller's TLS directory is written."""
+    from deploy_kit.tls import ensure_site_tls
+
+    for issued in ensure_site_tls(site):
+        if issued.action == "issued":
+            console.print(f"TLS: issued the certificate of {issued.host} (valid until "
+                          f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
 
 
 def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,

@@ -40,6 +40,10 @@ def render(inventory: InventoryOpt,
     from deploy_kit.render.rundir import role_tree, with_settings
 
     site = open_site(inventory, vault_password_file)
+    if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
+        from deploy_kit.cli.converge_cmds import issue_tls
+
+        issue_tls(site)
     tree = role_tree(site) if for_roles else with_settings(site, render_site(site))
     count = write_tree(tree, out)
     console.print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")

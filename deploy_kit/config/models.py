@@ -89,6 +89,17 @@ class HostConfig(BaseModel):
     deploykit_s3_port: int = Field(default=80, ge=1, le=65535)
     deploykit_s3_region: str = "default"
     deploykit_s3_tls: bool = False
+    # TLS (deploykit_s3_tls: true): the site CA. Unset: deploykit creates one once per
+    # inventory in deploykit_tls_dir. Set: controller paths of an existing CA (PEM) whose
+    # key may be read by its owner only. The concentrator certificates are issued from it.
+    deploykit_tls_ca_cert: str | None = None
+    deploykit_tls_ca_key: str | None = None
+    # controller directory (0700) for the created CA and the issued certificates; relative
+    # paths are relative to the inventory directory; default <inventory>/.deploykit-tls
+    deploykit_tls_dir: str | None = None
+    # lifetime of each concentrator certificate; `up` reissues one with less than 30 days
+    # (verify's warning threshold) or a third of its lifetime left
+    deploykit_tls_cert_days: int = Field(default=365, ge=2, le=3650)
     deploykit_s3_access_key: SecretStr | None = None
     deploykit_s3_secret_key: SecretStr | None = None
     deploykit_dns_mode: Literal["consul", "static"] = "consul"

@@ -569,6 +569,30 @@ def tls_consistent(site: Site) -> Iterator[Problem]:
                           hosts=(host.name,))
 
 
+@rule
+def tls_settings_valid(site: Site) -> Iterator[Problem]:
+    """A taken CA needs its certificate and its key; one CA, directory and lifetime site-wide
+    (every concentrator certificate is issued from the same CA on the controller)."""
+    keys = ("deploykit_tls_ca_cert", "deploykit_tls_ca_key", "deploykit_tls_dir",
+            "deploykit_tls_cert_days")
+    yield from _agree(site, list(site.hosts.values()), keys, "every host")
+    s = site.settings
+    if not s.deploykit_s3_tls:
+        return
+    if (s.deploykit_tls_ca_cert is None) != (s.deploykit_tls_ca_key is None):
+        missing = "deploykit_tls_ca_key" if s.deploykit_tls_ca_key is None \
+            else "deploykit_tls_ca_cert"
+        yield Problem(site.settings_source(missing), missing,
+                      "an existing CA needs both its certificate and its key",
+                      "set deploykit_tls_ca_cert and deploykit_tls_ca_key, or neither "
+                      "(deploykit then creates a CA)")
+    for key in keys[:3]:
+        value = getattr(s, key)
+        if value is not None and (not value or "\n" in value or "\x00" in value):
+            yield Problem(site.settings_source(key), key, f"{value!r} is not a path",
+                          "give a path on the controller (relative: to the inventory)")
+
+
 # The connector each topology loads (vllm/distributed/kv_transfer/kv_connector/factory.py)
 TOPOLOGY_CONNECTOR = {"inprocess": "LMCacheConnectorV1", "server": "LMCacheMPConnector"}
 

@@ -33,6 +33,10 @@ def _run_in_netns(netns: str, venv: Path, deployed: HostFiles, env: dict[str, st
     etc = Path("/etc/netns") / netns
     etc.mkdir(parents=True, exist_ok=True)
     (etc / "resolv.conf").write_text(deployed.resolv)  # `ip netns exec` binds it in
+    if deployed.ca_bundle:  # TLS: the host's trust store as its update-ca-certificates
+        certs = etc / "ssl" / "certs"  # built it; `ip netns exec` binds it over /etc/ssl
+        certs.mkdir(parents=True, exist_ok=True)
+        (certs / "ca-certificates.crt").write_text(deployed.ca_bundle)
     work = Path(tempfile.mkdtemp(prefix="dk-roundtrip-"))
     os.chmod(work, 0o700)
     try:

@@ -19,7 +19,7 @@ from typing import Any
 from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.site import Host, Site
-from deploy_kit.render import names
+from deploy_kit.render import names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     HAPROXY_STATS_ENV_PATH,
@@ -96,7 +96,11 @@ def with_settings(site: Site, tree: Tree) -> Tree:
     """Add each host's settings and the site facts to a rendered tree."""
     for name, host in site.hosts.items():
         paths = sorted(path for path, f in tree[name].items() if not f.secret)
-        tree[name] = {**tree[name], SETTINGS_PATH: _json(host_settings(host, paths))}
+        settings = host_settings(host, paths)
+        tls_paths = tls.derived(site.root, host)
+        if tls_paths is not None:  # controller paths of the issued material (no key inside)
+            settings["derived"]["tls"] = tls_paths
+        tree[name] = {**tree[name], SETTINGS_PATH: _json(settings)}
     tree[CLUSTER] = {**tree[CLUSTER], SITE_PATH: _json(site_facts(site))}
     return tree
 

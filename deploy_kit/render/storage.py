@@ -11,6 +11,7 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.render.lmcache import dump_yaml
 from deploy_kit.render.names import rgw_instance_names
 from deploy_kit.render.templating import render_template
+from deploy_kit.render.tls import HAPROXY_PEM_PATH
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,10 @@ def render_haproxy(host: Host) -> str:
     return render_template("haproxy.cfg.j2", bind_address="*", frontend_port=c.deploykit_s3_port,
                            monitor_port=c.ceph_rgw_concentrator_monitor_port,
                            maxconn=c.ceph_rgw_concentrator_maxconn,
-                           backends=gateways(host), stats_env_file=HAPROXY_STATS_ENV_PATH)
+                           backends=gateways(host), stats_env_file=HAPROXY_STATS_ENV_PATH,
+                           # the monitor port (/health, /stats) stays plain HTTP: Consul's
+                           # check and the role's health gate read it on the host network
+                           tls_pem=HAPROXY_PEM_PATH if c.deploykit_s3_tls else None)
 
 
 HAPROXY_STATS_ENV_PATH = "/etc/haproxy/deploykit-stats.env"

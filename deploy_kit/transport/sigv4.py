@@ -10,6 +10,7 @@ import datetime
 import hashlib
 import hmac
 import http.client
+import ssl
 from dataclasses import dataclass
 
 UNSIGNED = "UNSIGNED-PAYLOAD"
@@ -44,12 +45,28 @@ def signed_headers(method: str, path: str, host: str, region: str, creds: Creden
     return headers
 
 
+class SNIConnection(http.client.HTTPSConnection):
+    """HTTPS to an explicit address with SNI (and the name check) for `server_name`, as a
+    client that resolved `server_name` to this address would connect."""
+
+    def __init__(self, address: str, port: int, server_name: str, context: ssl.SSLContext,
+                 timeout: float) -> None:
+        super().__init__(address, port, timeout=timeout, context=context)
+        self._dk_server_name, self._dk_context = server_name, context
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._dk_context.wrap_socket(self.sock, server_hostname=self._dk_server_name)
+
+
 def request(address: str, port: int, method: str, path: str, host: str, region: str,
             creds: Credentials | None, body: bytes = b"", query: str = "",
-            timeout: float = 120.0) -> tuple[int, bytes]:
+            timeout: float = 120.0, tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One S3 request; `tls`: over HTTPS with SNI = the Host header (deploykit_s3_tls)."""
     headers = signed_headers(method, path, host, region, creds, query=query) if creds else \
         {"host": host}
-    conn = http.client.HTTPConnection(address, port, timeout=timeout)
+    conn = SNIConnection(address, port, host, tls, timeout) if tls is not None else \
+        http.client.HTTPConnection(address, port, timeout=timeout)
     try:
         conn.request(method, path + (f"?{query}" if query else ""), body=body or None,
                      headers=headers)

@@ -33,6 +33,10 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"not running|inactive|failed with result|503|health",
      "vLLM or the LMCache server is not running where it should",
      ("vllm-service", "lmcache-server-service", "versions-manifest")),
+    (r"certificate|x509|tls|ssl|handshake|unknown ca|self[- ]signed|hostname mismatch",
+     "TLS: the concentrator's certificate is not trusted, names the wrong host or expired, "
+     "or one side speaks plain HTTP (deploykit_s3_tls, disable_tls)",
+     ("s3-tls-certificate", "lmcache-s3-settings", "s3-concentrator-reachable")),
     (r"s3_region|region",
      "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
      ("lmcache-s3-settings",)),

@@ -6,6 +6,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from deploy_kit.config.site import Host, Site
 from deploy_kit.plan.plan import Plan, build_plan
+from deploy_kit.render import tls
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
@@ -17,6 +18,7 @@ from deploy_kit.verify.probes import (
     http_probe,
     s3_probe,
     serving_probe,
+    tls_probe,
 )
 
 MIB = 1024 * 1024
@@ -101,8 +103,12 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
                     for server in obs.dns_servers for name in names
                     for transport in ("udp", "tcp")]
         conc_jobs = [pool.submit(http_probe.concentrator, a, s.deploykit_s3_port,
-                                 s.ceph_rgw_concentrator_monitor_port)
+                                 s.ceph_rgw_concentrator_monitor_port, s.deploykit_s3_tls)
                      for a in obs.rgw_addresses]
+        # TLS: the handshake LMCache makes (SNI <bucket>.<fqdn>) against the site CA
+        tls_jobs = [pool.submit(tls_probe.probe, a, s.deploykit_s3_port,
+                                f"{obs.bucket}.{obs.fqdn}", tls.ca_cert_path(site.root, s))
+                    for a in obs.rgw_addresses] if s.deploykit_s3_tls else []
         admin = site.group("ceph_admin")
         ceph_job: Future[ceph_probe.CephState] | None = (
             pool.submit(ceph_probe.probe, admin[0]) if admin else None)
@@ -118,6 +124,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
                                      sorted(h.address for h in site.group("consul_servers")))
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
+        obs.tls = [j.result() for j in tls_jobs]
         obs.serving = [j.result() for j in serving_jobs]
         obs.cache = cache_job.result()
         if consul_job is not None:
@@ -132,6 +139,14 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
     """Each serving host's profile signs one HEAD; the first good one round-trips a chunk
     through every healthy address."""
     port, region = site.settings.deploykit_s3_port, obs.region
+    # https with the site CA as the only anchor and SNI/name = the Host header, as LMCache
+    context = None
+    if site.settings.deploykit_s3_tls:
+        try:
+            context = tls_probe.client_context(tls.ca_cert_path(site.root, site.settings))
+        except (OSError, ValueError) as exc:  # s3-tls-certificate reports the missing CA
+            obs.probe_errors.append(f"site CA: {exc}")
+            return []
     host_header = f"{obs.bucket}.{obs.fqdn}"
     healthy = [c.address for c in obs.concentrators if c.health_status == 200] or \
         obs.rgw_addresses
@@ -142,7 +157,7 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
         assert host.credentials is not None
         creds = Credentials(host.credentials["access_key"], host.credentials["secret_key"])
         jobs.append((creds, pool.submit(s3_probe.auth, healthy[i % len(healthy)], port,
-                                        host_header, region, creds, host.name)))
+                                        host_header, region, creds, host.name, context)))
     results = [j.result() for _, j in jobs]
     good = next((c for (c, _), r in zip(jobs, results, strict=True)
                  if r.auth_status == 200), None)
@@ -157,6 +172,6 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
     trips = [pool.submit(s3_probe.roundtrip,
                          S3Probe(address=a, host_header=host_header,
                                  credentials_from="round trip", purpose="roundtrip"),
-                         port, region, good, size, i == 0)
+                         port, region, good, size, i == 0, context)
              for i, a in enumerate(healthy)]
     return results + [t.result() for t in trips]

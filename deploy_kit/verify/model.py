@@ -45,6 +45,22 @@ class Concentrator:
 
 
 @dataclass
+class TlsEndpoint:
+    """One concentrator's TLS handshake as a client sees it (deploykit_s3_tls)."""
+
+    address: str
+    port: int
+    sni: str  # <bucket>.<fqdn>: what LMCache sends
+    handshake_error: str | None = None  # no TLS at all (refused, plain HTTP, reset)
+    verify_error: str | None = None  # the chain (or name) does not verify against the site CA
+    dns_sans: list[str] = field(default_factory=list)
+    ip_sans: list[str] = field(default_factory=list)
+    not_after: str = ""  # ISO 8601, UTC
+    days_left: float | None = None
+    issuer: str = ""
+
+
+@dataclass
 class S3Probe:
     address: str
     host_header: str
@@ -213,6 +229,7 @@ class Observation:
     probe_errors: list[str] = field(default_factory=list)
     consul: ConsulView | None = None  # consul DNS mode
     cache: list[CacheProbe] = field(default_factory=list)  # cache-hit probes, per host
+    tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from deploy_kit.verify.model import (
     ServingPlan,
     ShmSegment,
     Status,
+    TlsEndpoint,
     UnitState,
     evaluate,
 )
@@ -95,6 +96,9 @@ def healthy() -> Observation:
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
     obs.cache = [cache_probe("gpu1"), cache_probe("gpu2")]
+    obs.tls = [TlsEndpoint(a, 443, "lmcache.s3.t.test", dns_sans=["s3.t.test", "*.s3.t.test"],
+                           ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
+                           issuer="CN=deploykit CA t") for a in RGW]
     return obs
 
 
@@ -219,6 +223,18 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("vllm-connector-name", _connector, "gpu1", "rejects kv_parallel_size"),
     ("serving-host-reachable", lambda o: setattr(o.serving[1], "lmcache_yaml", None), "gpu2",
      "no LMCache config"),
+    ("s3-tls-certificate",
+     lambda o: setattr(o.tls[1], "verify_error", "unable to get local issuer certificate"),
+     f"{RGW[1]}:443", "does not verify against the site CA"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "dns_sans", ["s3.t.test"]),
+     f"{RGW[0]}:443", "lack *.s3.t.test"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "days_left", -1.5), f"{RGW[0]}:443",
+     "expired on"),
+    ("s3-tls-certificate",
+     lambda o: setattr(o.tls[1], "handshake_error", "SSLError: wrong version number"),
+     f"{RGW[1]}:443", "no TLS handshake"),
+    ("lmcache-s3-settings", lambda o: o.pinned.update(tls="1"), "gpu1",
+     "disable_tls: true against the TLS concentrators"),
     *CONSUL_CASES,
     *CACHE_CASES,
 ]
@@ -233,6 +249,7 @@ WARNINGS = [
     ("s3-bucket-lifecycle", lambda o: setattr(o.s3[1], "lifecycle", []), "differs"),
     ("dev-shm-capacity", _stale_segment, "1 stale /dev/shm segment(s) hold 2.00 GiB with no "
      "owning vLLM process: lmcache_kv_4242_0"),
+    ("s3-tls-certificate", lambda o: setattr(o.tls[0], "days_left", 12.2), "expires in 12 days"),
 ]
 
 

@@ -76,6 +76,8 @@ def test_doctor_maps_known_symptoms() -> None:
     assert "lmcache-fleet-consistent" in diagnose("low hit rate across replicas")[0][1]
     assert "vllm-connector-name" in diagnose("error reading choices for kv_connector")[0][1]
     assert "dns-answer-count" in diagnose("local proxy failed")[0][1]
+    assert "s3-tls-certificate" in diagnose("AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE: certificate"
+                                            " verify failed")[0][1]
     assert diagnose("the coffee machine is broken") == []
 
 

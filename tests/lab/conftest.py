@@ -57,7 +57,7 @@ def runs_dirs() -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
-def s3_round_trip(lab: Lab, client: str, size: int) -> dict:
+def s3_round_trip(lab: Lab, client: str, size: int, tls: bool = False) -> dict:
     """PUT/GET/DELETE `size` random bytes through lmcache.s3.lab.test from lab host `client`
     with the RGW user's keys: the package's SigV4 module plus s3_client.py over SSH stdin
     (keys in the script text, never in argv)."""
@@ -68,7 +68,10 @@ def s3_round_trip(lab: Lab, client: str, size: int) -> dict:
     script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
         (Path(__file__).parent / "s3_client.py").read_text()
     for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
-                               "__HOST__": "lmcache.s3.lab.test", "__SIZE__": str(size)}.items():
+                               "__HOST__": "lmcache.s3.lab.test", "__SIZE__": str(size),
+                               # tls: https on 443, verified by the host's system trust store
+                               "__PORT__": "443" if tls else "80",
+                               "__TLS__": "1" if tls else ""}.items():
         script = script.replace(placeholder, value)
     result: dict = json.loads(lab.ssh(client, "python3 -", stdin=script))
     return result
@@ -87,7 +90,9 @@ def lab() -> Iterator[Lab]:
         pytest.skip("the lab tests need root")
     session = Lab()
     session.deploykit("lab", "down")  # start from nothing: the first converge must do work
-    session.deploykit("lab", "up")
+    # DEPLOYKIT_LAB_SERVING=0: `lab up --no-serving` (config and units only on lab3/lab4)
+    serving = [] if os.environ.get("DEPLOYKIT_LAB_SERVING", "1") != "0" else ["--no-serving"]
+    session.deploykit("lab", "up", *serving)
     try:
         yield session
     finally:

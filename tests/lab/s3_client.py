@@ -8,15 +8,18 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 
-NAME, SIZE = "__HOST__", int("__SIZE__")
+NAME, SIZE, PORT = "__HOST__", int("__SIZE__"), int("__PORT__")
+# TLS: the host's default trust store (the site CA deploykit installed), SNI = the name
+TLS = ssl.create_default_context() if "__TLS__" else None
 CREDS = Credentials("__ACCESS__", "__SECRET__")  # noqa: F821  (defined by sigv4.py, sent first)
 PATH = "/deploykit-smoke-object"
 
 payload = os.urandom(SIZE)
-put, _ = request(NAME, 80, "PUT", PATH, NAME, "default", CREDS, payload)  # noqa: F821
-get, body = request(NAME, 80, "GET", PATH, NAME, "default", CREDS)  # noqa: F821
-delete, _ = request(NAME, 80, "DELETE", PATH, NAME, "default", CREDS)  # noqa: F821
+put, _ = request(NAME, PORT, "PUT", PATH, NAME, "default", CREDS, payload, tls=TLS)  # noqa: F821
+get, body = request(NAME, PORT, "GET", PATH, NAME, "default", CREDS, tls=TLS)  # noqa: F821
+delete, _ = request(NAME, PORT, "DELETE", PATH, NAME, "default", CREDS, tls=TLS)  # noqa: F821
 print(json.dumps({"put": put, "get": get, "delete": delete, "bytes": len(body),
                   "same": hashlib.sha256(body).digest() == hashlib.sha256(payload).digest(),
                   "resolved": sorted({a[4][0] for a in socket.getaddrinfo(NAME, 80,

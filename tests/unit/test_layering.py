@@ -15,7 +15,7 @@ PURE = {"deploy_kit.config", "deploy_kit.geometry", "deploy_kit.sizing", "deploy
         "deploy_kit.compat"}
 IO = {"deploy_kit.ansible", "deploy_kit.lab", "deploy_kit.transport", "deploy_kit.cli",
       "deploy_kit.verify.probes", "deploy_kit.bench", "deploy_kit.cache",
-      "deploy_kit.roundtrip"}
+      "deploy_kit.roundtrip", "deploy_kit.tls"}
 
 
 def unit(module: str) -> str:

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from deploy_kit import compat
 from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
+from deploy_kit.render.tls import HAPROXY_PEM_PATH
 from deploy_kit.render.vllm import vllm_argv
+from deploy_kit.tls import CA, create_ca, issue
 from tests.conftest import REPO, InventoryFactory
 from tests.tools import require_tool
 
@@ -25,6 +29,14 @@ def all_trees() -> list[tuple[str, dict]]:
     return [(str(inv), render_site(open_site(str(inv)))) for inv in [EXAMPLE, *GOLDEN_CASES]]
 
 
+def issued_pem() -> bytes:
+    ca_pem, ca_key = create_ca("t")
+    ca = CA(x509.load_pem_x509_certificate(ca_pem),
+            serialization.load_pem_private_key(ca_key, None), ca_pem)
+    cert, key = issue(ca, ["s3.t.test", "*.s3.t.test"], [], 30)
+    return cert + key
+
+
 def test_haproxy_accepts_every_concentrator_config(tmp_path: Path) -> None:
     haproxy = require_tool("haproxy")
     checked = 0
@@ -32,7 +44,12 @@ def test_haproxy_accepts_every_concentrator_config(tmp_path: Path) -> None:
         for host, files in tree.items():
             if "/etc/haproxy/haproxy.cfg" in files:
                 cfg = tmp_path / f"{host}.cfg"
-                cfg.write_text(files["/etc/haproxy/haproxy.cfg"].content)
+                content = files["/etc/haproxy/haproxy.cfg"].content
+                if HAPROXY_PEM_PATH in content:  # TLS: haproxy -c loads a deploykit-issued PEM
+                    pem = tmp_path / f"{host}.pem"
+                    pem.write_bytes(issued_pem())
+                    content = content.replace(HAPROXY_PEM_PATH, str(pem))
+                cfg.write_text(content)
                 result = subprocess.run([haproxy, "-c", "-q", "-f", str(cfg)],
                                         capture_output=True, text=True)
                 assert result.returncode == 0, f"{name} {host}: {result.stderr}"

@@ -235,6 +235,9 @@ def s3_settings(obs: Observation) -> Iterator[Finding]:
         if tls_default and not extra.get("disable_tls") and not obs.pinned.get("tls"):
             problems.append("disable_tls not set against a plain-HTTP endpoint "
                             "(every request fails)")
+        if obs.pinned.get("tls") and extra.get("disable_tls"):
+            problems.append("disable_tls: true against the TLS concentrators "
+                            "(deploykit_s3_tls; every request fails)")
         if extra.get("save_chunk_meta"):
             problems.append("save_chunk_meta must be false for S3")
         if problems:

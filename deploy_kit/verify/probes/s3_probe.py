@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import ssl
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -42,34 +43,35 @@ def parse_lifecycle(body: bytes) -> list[dict[str, Any]]:
 
 
 def auth(address: str, port: int, host: str, region: str, creds: Credentials,
-         source: str) -> S3Probe:
+         source: str, tls: ssl.SSLContext | None = None) -> S3Probe:
     result = S3Probe(address=address, host_header=host, credentials_from=source)
     try:
         result.auth_status, _ = request(address, port, "HEAD", "/", host, region, creds,
-                                        timeout=15)
+                                        timeout=15, tls=tls)
     except OSError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     return result
 
 
 def roundtrip(result: S3Probe, port: int, region: str, creds: Credentials, size: int,
-              with_lifecycle: bool) -> S3Probe:
+              with_lifecycle: bool, tls: ssl.SSLContext | None = None) -> S3Probe:
     payload = os.urandom(size)
     a, h = result.address, result.host_header
     # one object per probe: concurrent round trips must not overwrite each other
     key = f"{OBJECT_PREFIX}-{a.replace(':', '_')}-{os.urandom(4).hex()}"
     try:
-        result.put, _ = request(a, port, "PUT", key, h, region, creds, payload)
-        result.head, _ = request(a, port, "HEAD", key, h, region, creds)
-        result.get, body = request(a, port, "GET", key, h, region, creds)
+        result.put, _ = request(a, port, "PUT", key, h, region, creds, payload, tls=tls)
+        result.head, _ = request(a, port, "HEAD", key, h, region, creds, tls=tls)
+        result.get, body = request(a, port, "GET", key, h, region, creds, tls=tls)
         result.same = hashlib.sha256(body).digest() == hashlib.sha256(payload).digest()
         result.bytes = len(body)
-        result.delete, _ = request(a, port, "DELETE", key, h, region, creds)
-        _, anonymous = request(a, port, "GET", "/", h, region, None)
+        result.delete, _ = request(a, port, "DELETE", key, h, region, creds, tls=tls)
+        _, anonymous = request(a, port, "GET", "/", h, region, None, tls=tls)
         match = re.search(rb"<BucketName>([^<]*)</BucketName>", anonymous)
         result.anonymous_bucket = match.group(1).decode() if match else ""
         if with_lifecycle:
-            status, body = request(a, port, "GET", "/", h, region, creds, query="lifecycle=")
+            status, body = request(a, port, "GET", "/", h, region, creds, query="lifecycle=",
+                                   tls=tls)
             result.lifecycle = parse_lifecycle(body) if status == 200 else []
     except (OSError, ET.ParseError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,82 @@
+"""TLS names and paths (pure): where the site CA and the issued certificates live on the
+controller, where the roles install them, and what each concentrator certificate names.
+
+The key material itself never passes through the rendered tree: `deploykit up` (and the
+render play of a plain ansible-playbook run) issues it into the controller's TLS directory
+(deploy_kit/tls.py), and the roles copy it from there with no_log. The tree only carries
+these paths (settings.json `derived.tls`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+from deploy_kit.config.models import HostConfig
+from deploy_kit.config.site import Host
+
+DEFAULT_DIR = ".deploykit-tls"
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+# On the RGW hosts: the certificate, its chain and its key in one file, as HAProxy's
+# `bind ... ssl crt` reads it (0600 root: it holds the key).
+HAPROXY_PEM_PATH = "/etc/haproxy/deploykit-s3.pem"
+# On the serving hosts: Debian's local CA directory; update-ca-certificates folds it into
+# /etc/ssl/certs/ca-certificates.crt, the file awscrt (LMCache's S3 client) reads.
+CA_TRUST_PATH = "/usr/local/share/ca-certificates/deploykit-ca.crt"
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+# Reissue (up) and warn (verify) when a certificate has less than this left.
+RENEW_DAYS = 30
+
+
+def _resolve(root: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def tls_dir(root: Path, c: HostConfig) -> Path:
+    return _resolve(root, c.deploykit_tls_dir or DEFAULT_DIR)
+
+
+def ca_cert_path(root: Path, c: HostConfig) -> Path:
+    return _resolve(root, c.deploykit_tls_ca_cert) if c.deploykit_tls_ca_cert \
+        else tls_dir(root, c) / CA_CERT
+
+
+def ca_key_path(root: Path, c: HostConfig) -> Path:
+    return _resolve(root, c.deploykit_tls_ca_key) if c.deploykit_tls_ca_key \
+        else tls_dir(root, c) / CA_KEY
+
+
+def host_pem_path(root: Path, c: HostConfig, host_name: str) -> Path:
+    return tls_dir(root, c) / f"{host_name}.pem"
+
+
+def dns_names(c: HostConfig) -> list[str]:
+    """`<fqdn>` and `*.<fqdn>`: LMCache sends only virtual-hosted requests, so every Host is
+    `<bucket>.<fqdn>`; a wildcard covers exactly one label (bucket names carry no dot,
+    rules.s3_name_consistent)."""
+    return [c.deploykit_s3_fqdn, f"*.{c.deploykit_s3_fqdn}"]
+
+
+def ip_names(host: Host) -> list[str]:
+    """The gateway host's own address as well, so an operator (or a health check) can
+    reach one concentrator by address and still verify it."""
+    try:
+        return [str(ipaddress.ip_address(host.address))]
+    except ValueError:
+        return []
+
+
+def derived(root: Path, host: Host) -> dict[str, Any] | None:
+    """settings.json `derived.tls` of a host (None with TLS off): controller paths the roles
+    copy from, and where they install."""
+    c = host.config
+    if not c.deploykit_s3_tls:
+        return None
+    out: dict[str, Any] = {"ca_cert": str(ca_cert_path(root, c)), "ca_trust_path": CA_TRUST_PATH,
+                           "haproxy_pem_path": HAPROXY_PEM_PATH}
+    if "rgw" in host.groups:
+        out["host_pem"] = str(host_pem_path(root, c, host.name))
+    return out

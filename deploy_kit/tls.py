@@ -1,0 +1,267 @@
+"""The site CA and the concentrator certificates, on the controller (I/O).
+
+`ensure_site_tls` runs before Ansible starts (`deploykit up`, and the render play of a plain
+`ansible-playbook playbooks/site.yml`): it takes the operator's CA (deploykit_tls_ca_cert /
+_key) or creates one once per inventory in a private directory (default
+`<inventory>/.deploykit-tls/`, 0700, git-ignored by a `.gitignore` of its own), and issues one
+certificate per RGW host for `<fqdn>`, `*.<fqdn>` and the host's address. A certificate that
+still fits (same CA, same names, more than RENEW_DAYS / a third of its lifetime left) is
+kept byte for byte, so a second `up` changes nothing. Keys are written 0600 and never
+printed; the roles copy `<host>.pem` with no_log (roles/ceph_rgw/tasks/tls.yml).
+
+Keys are ECDSA P-256: HAProxy (OpenSSL), s2n (awscrt, LMCache's S3 client) and Python's
+ssl all accept it, and signing is cheap on the concentrators.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from deploy_kit.config.site import Host, Site
+from deploy_kit.errors import DeployKitError
+from deploy_kit.exit_codes import ExitCode
+from deploy_kit.render import tls as names
+
+CA_DAYS = 3650
+
+
+class TlsError(DeployKitError):
+    """The CA or a certificate on the controller cannot be used (bad file, unsafe key)."""
+
+    exit_code = ExitCode.INVALID_INVENTORY
+
+
+@dataclass(frozen=True)
+class Issued:
+    host: str
+    path: Path
+    not_after: datetime.datetime
+    action: str  # issued | kept
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write 0600 from the start (never briefly readable), atomically (rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    ignore = path / ".gitignore"
+    if not ignore.exists():  # the directory ignores itself, whatever the repository's rules
+        ignore.write_text("# deploykit's CA and certificate keys: never commit\n*\n")
+
+
+def check_key_file(path: Path) -> None:
+    """A CA key readable or writable by anyone but its owner is refused (as OpenSSH refuses
+    such identity files): it signs certificates every serving host trusts."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise TlsError(f"cannot read the CA key {path}: {exc.strerror}",
+                       hint="set deploykit_tls_ca_key to a readable file") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TlsError(f"the CA key {path} is not a regular file")
+    if st.st_mode & 0o077:
+        raise TlsError(f"the CA key {path} is accessible to others (mode "
+                       f"{stat.S_IMODE(st.st_mode):04o})", hint=f"chmod 600 {path}")
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def create_ca(site_name: str, days: int = CA_DAYS) -> tuple[bytes, bytes]:
+    """A self-signed CA that may sign server certificates only (path length 0)."""
+    key = _new_key()
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "deploykit"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"deploykit CA {site_name}")])
+    now = _now()
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=True,
+                                         crl_sign=True, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+@dataclass(frozen=True)
+class CA:
+    cert: x509.Certificate
+    key: ec.EllipticCurvePrivateKey | object  # any key type cryptography can sign with
+    pem: bytes
+
+    @property
+    def self_signed(self) -> bool:
+        return self.cert.issuer == self.cert.subject
+
+
+def load_ca(cert_path: Path, key_path: Path) -> CA:
+    check_key_file(key_path)
+    try:
+        pem = cert_path.read_bytes()
+        cert = x509.load_pem_x509_certificate(pem)
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise TlsError(f"cannot load the CA {cert_path} / {key_path}: {exc}",
+                       hint="PEM certificate and an unencrypted PEM key") from None
+    pub = serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(serialization.Encoding.PEM, pub) != \
+            key.public_key().public_bytes(serialization.Encoding.PEM, pub):
+        raise TlsError(f"the CA key {key_path} does not belong to {cert_path}")
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        raise TlsError(f"{cert_path} is no CA certificate (basicConstraints CA:TRUE missing)")
+    if cert.not_valid_after_utc <= _now():
+        raise TlsError(f"the CA {cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d}",
+                       hint="give a valid CA (every certificate it issued is invalid too)")
+    return CA(cert, key, pem)
+
+
+def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:
+    """A server certificate for `dns` + `ips`, valid `days` (never past the CA)."""
+    key = _new_key()
+    now = _now()
+    not_after = min(now + datetime.timedelta(days=days), ca.cert.not_valid_after_utc)
+    san: list[x509.GeneralName] = [x509.DNSName(n) for n in dns]
+    san += [x509.IPAddress(ipaddress.ip_address(a)) for a in ips]
+    ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value \
+        if _has(ca.cert, x509.SubjectKeyIdentifier) else None
+    aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski) if ski else \
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.cert.public_key())  # type: ignore[arg-type]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns[0])]))
+            .issuer_name(ca.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(san), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                           critical=False)
+            .add_extension(aki, critical=False)
+            .sign(ca.key, hashes.SHA256()))  # type: ignore[arg-type]
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def _has(cert: x509.Certificate, ext: type[x509.ExtensionType]) -> bool:
+    try:
+        cert.extensions.get_extension_for_class(ext)
+        return True
+    except x509.ExtensionNotFound:
+        return False
+
+
+def sans(cert: x509.Certificate) -> tuple[list[str], list[str]]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return [], []
+    return (list(ext.get_values_for_type(x509.DNSName)),
+            [str(a) for a in ext.get_values_for_type(x509.IPAddress)])
+
+
+def _renew_before(cert: x509.Certificate) -> datetime.timedelta:
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    return min(datetime.timedelta(days=names.RENEW_DAYS), lifetime / 3)
+
+
+def still_fits(pem: bytes, ca: CA, dns: list[str], ips: list[str]) -> x509.Certificate | None:
+    """The certificate in `pem` when it can stay: issued by this CA, for exactly these
+    names, its key present, and not within its renewal window."""
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+        key = serialization.load_pem_private_key(
+            pem[pem.index(b"-----BEGIN PRIVATE KEY-----"):], password=None)
+        cert.verify_directly_issued_by(ca.cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return None
+    pub = serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(serialization.Encoding.PEM, pub) != \
+            cert.public_key().public_bytes(serialization.Encoding.PEM, pub):
+        return None
+    if sans(cert) != (dns, ips):
+        return None
+    if cert.not_valid_after_utc - _now() < _renew_before(cert):
+        return None
+    return cert
+
+
+def ensure_ca(site: Site) -> CA:
+    s = site.settings
+    cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
+    if s.deploykit_tls_ca_cert is None and not cert_path.exists():
+        _private_dir(cert_path.parent)
+        cert_pem, key_pem = create_ca(site.name)
+        _write_private(key_path, key_pem)
+        cert_path.write_bytes(cert_pem)  # public; 0644 under a 0700 directory
+    return load_ca(cert_path, key_path)
+
+
+def host_pem(ca: CA, host: Host, days: int) -> tuple[bytes, x509.Certificate]:
+    cert_pem, key_pem = issue(ca, names.dns_names(host.config), names.ip_names(host), days)
+    chain = b"" if ca.self_signed else ca.pem  # an intermediate CA is sent along
+    return cert_pem + chain + key_pem, x509.load_pem_x509_certificate(cert_pem)
+
+
+def ensure_site_tls(site: Site) -> list[Issued]:
+    """Create or take the CA, then issue (or keep) each RGW host's certificate."""
+    s = site.settings
+    if not s.deploykit_s3_tls:
+        return []
+    ca = ensure_ca(site)
+    out: list[Issued] = []
+    _private_dir(names.tls_dir(site.root, s))
+    for host in sorted(site.group("rgw"), key=lambda h: h.name):
+        path = names.host_pem_path(site.root, s, host.name)
+        dns, ips = names.dns_names(host.config), names.ip_names(host)
+        current = still_fits(path.read_bytes(), ca, dns, ips) if path.exists() else None
+        if current is not None and stat.S_IMODE(path.stat().st_mode) == 0o600:
+            out.append(Issued(host.name, path, current.not_valid_after_utc, "kept"))
+            continue
+        pem, cert = host_pem(ca, host, s.deploykit_tls_cert_days)
+        _write_private(path, pem)
+        out.append(Issued(host.name, path, cert.not_valid_after_utc, "issued"))
+    return out

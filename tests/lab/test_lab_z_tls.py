@@ -1,0 +1,89 @@
+"""The lab in TLS mode (deploykit_s3_tls: true, port 443), end to end: deploykit creates the
+site CA and issues the concentrator certificates on the controller, HAProxy on lab1/lab2
+terminates TLS, the serving hosts trust the CA in their system store, and DNS + S3 + the
+LMCache round trip (LMCache 0.5.6's real awscrt client, with the serving host's own CA
+bundle) run over https. Switches the lab back to plain HTTP at the end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from deploy_kit.lab.image import ensure_lmcache_venv
+from tests.conftest import REPO
+from tests.lab.conftest import Lab, runs_dirs, s3_round_trip
+
+pytestmark = pytest.mark.lab
+
+CLIENT, RGW = "10.99.0.13", ("10.99.0.11", "10.99.0.12")
+TLS_VARS = REPO / "inventory/lab/group_vars/all/tls.yml"
+TLS_DIR = REPO / "inventory/lab/.deploykit-tls"
+
+
+@pytest.fixture(scope="module")
+def tls_lab(lab: Lab) -> Iterator[tuple[Lab, dict]]:
+    TLS_VARS.write_text(yaml.safe_dump({"deploykit_s3_tls": True, "deploykit_s3_port": 443}))
+    try:
+        first = lab.converge()
+        yield lab, first
+    finally:
+        TLS_VARS.unlink(missing_ok=True)
+        back = lab.converge()  # the tests after this module expect plain HTTP on :80
+        assert back["rc"] == 0 and not back["failed"], back["failed"]
+
+
+def test_tls_converges_and_a_second_run_changes_nothing(tls_lab: tuple[Lab, dict]) -> None:
+    lab, first = tls_lab
+    assert first["rc"] == 0 and not first["failed"], first["failed"]
+    assert (TLS_DIR / "ca.crt").exists() and (TLS_DIR / "lab1.pem").exists()
+    second = lab.converge()
+    assert second["changed"] == 0, second["changed_tasks"]  # certificates kept, not reissued
+
+
+def test_key_material_stays_private(tls_lab: tuple[Lab, dict]) -> None:
+    lab, _ = tls_lab
+    for address in RGW:
+        out = lab.ssh(address, "stat -c '%a %U' /etc/haproxy/deploykit-s3.pem; "
+                               "grep -c 'ssl crt /etc/haproxy/deploykit-s3.pem' "
+                               "/etc/haproxy/haproxy.cfg")
+        assert out.split() == ["600", "root", "1"], out
+    run = runs_dirs()[-1]  # no key in the run record: rendered tree, log, summary
+    found = subprocess.run(["grep", "-rl", "PRIVATE KEY", str(run)], capture_output=True,
+                           text=True)
+    assert found.stdout == "", found.stdout
+    trusted = lab.ssh(CLIENT, "test -f /usr/local/share/ca-certificates/deploykit-ca.crt && "
+                              "openssl x509 -noout -subject "
+                              "-in /usr/local/share/ca-certificates/deploykit-ca.crt")
+    assert "deploykit CA lab" in trusted
+
+
+def test_dns_and_s3_over_https_from_a_serving_host(tls_lab: tuple[Lab, dict]) -> None:
+    lab, _ = tls_lab
+    for name in ("s3.lab.test", "lmcache.s3.lab.test"):
+        listing = lab.ssh(CLIENT, f"getent ahostsv4 {name}")
+        assert {line.split()[0] for line in listing.splitlines()} == set(RGW), listing
+    # Python's default context on the host: its system trust store, SNI lmcache.s3.lab.test
+    result = s3_round_trip(lab, CLIENT, 8 * 1024 * 1024, tls=True)
+    assert (result["put"], result["get"], result["delete"]) == (200, 200, 204), result
+    assert result["same"] and result["bytes"] == 8 * 1024 * 1024
+
+
+def test_verify_and_lmcache_round_trip_over_tls(tls_lab: tuple[Lab, dict]) -> None:
+    lab, _ = tls_lab
+    ensure_lmcache_venv("0.5.6")
+    result = lab.deploykit("verify", "--inventory", "lab", "--roundtrip", "--json",
+                           check=False)
+    findings = json.loads(result.stdout)["findings"]
+    failing = [f for f in findings if f["status"] == "fail"]
+    assert not failing, failing
+    certs = [f for f in findings if f["check"] == "s3-tls-certificate"]
+    assert sorted(f["target"] for f in certs) == [f"{a}:443" for a in RGW]
+    assert all(f["status"] == "pass" and "*.s3.lab.test" in f["message"] for f in certs), certs
+    trips = [f for f in findings if f["check"] == "s3-roundtrip"]
+    assert trips and all(f["status"] == "pass" for f in trips), trips
+    trip = next(f for f in findings if f["check"] == "lmcache-roundtrip")
+    assert trip["status"] == "pass" and "byte-identical" in trip["message"], trip

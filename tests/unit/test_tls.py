@@ -1,0 +1,182 @@
+"""deploykit_s3_tls: the site CA and concentrator certificates on the controller, what the
+render tree carries (paths, never keys), the HAProxy bind, LMCache's disable_tls."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from deploy_kit import tls
+from deploy_kit.config.open import open_site
+from deploy_kit.errors import InventoryError
+from deploy_kit.render.files import render_site
+from deploy_kit.render.rundir import SETTINGS_PATH, role_tree
+from tests.conftest import InventoryFactory
+
+TLS = {"deploykit_s3_tls": True, "deploykit_s3_port": 443, "deploykit_s3_fqdn": "s3.t.test"}
+
+
+def _cert(pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(pem)
+
+
+def test_ca_created_once_private_and_git_ignored(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(all=TLS)
+    site = open_site(str(root))
+    first = tls.ensure_site_tls(site)
+    d = root / ".deploykit-tls"
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE((d / "ca.key").stat().st_mode) == 0o600
+    assert (d / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert [(i.host, i.action) for i in first] == [("rgw1", "issued"), ("rgw2", "issued")]
+    pem = (d / "rgw1.pem").read_bytes()
+    assert stat.S_IMODE((d / "rgw1.pem").stat().st_mode) == 0o600
+    cert, ca = _cert(pem), _cert((d / "ca.crt").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    assert tls.sans(cert) == (["s3.t.test", "*.s3.t.test"], ["10.0.0.11"])
+    assert b"PRIVATE KEY" in pem and pem.count(b"BEGIN CERTIFICATE") == 1  # self-signed CA
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert datetime.timedelta(days=364) < lifetime < datetime.timedelta(days=366)
+    # a second run keeps CA and certificates byte for byte: the roles then change nothing
+    ca_before = (d / "ca.crt").read_bytes()
+    again = tls.ensure_site_tls(open_site(str(root)))
+    assert [i.action for i in again] == ["kept", "kept"]
+    assert (d / "rgw1.pem").read_bytes() == pem and (d / "ca.crt").read_bytes() == ca_before
+
+
+def test_reissued_when_names_change_or_expiry_nears(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(all={**TLS, "deploykit_tls_cert_days": 20})
+    tls.ensure_site_tls(open_site(str(root)))
+    pem = (root / ".deploykit-tls" / "rgw1.pem").read_bytes()
+    # 20 days left of 20: outside its renewal window (the last third), kept
+    assert [i.action for i in tls.ensure_site_tls(open_site(str(root)))] == ["kept"] * 2
+    root = make_inventory(all={**TLS, "deploykit_s3_fqdn": "s3.other.test",
+                               "deploykit_tls_cert_days": 20})
+    issued = tls.ensure_site_tls(open_site(str(root)))
+    assert [i.action for i in issued] == ["issued"] * 2
+    new = (root / ".deploykit-tls" / "rgw1.pem").read_bytes()
+    assert new != pem and tls.sans(_cert(new))[0] == ["s3.other.test", "*.s3.other.test"]
+
+
+def test_renewal_window(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(all=TLS)
+    site = open_site(str(root))
+    ca = tls.ensure_ca(site)
+    dns, ips = ["s3.t.test", "*.s3.t.test"], ["10.0.0.11"]
+    cert, key = tls.issue(ca, dns, ips, 365)
+    assert tls.still_fits(cert + key, ca, dns, ips) is not None
+    # a short-lived certificate renews in the last third of its life, not 30 days ahead
+    short, key2 = tls.issue(ca, dns, ips, 29)
+    assert tls.still_fits(short + key2, ca, dns, ips) is not None
+    other_ca = tls.CA(*_load(*tls.create_ca("x")))
+    assert tls.still_fits(cert + key, other_ca, dns, ips) is None  # another CA: reissue
+    assert tls.still_fits(cert + key, ca, dns[:1], ips) is None  # names changed
+    assert tls.still_fits(cert + key2, ca, dns, ips) is None  # key of another certificate
+
+
+def _load(cert_pem: bytes, key_pem: bytes) -> tuple[x509.Certificate, object, bytes]:
+    return (_cert(cert_pem), serialization.load_pem_private_key(key_pem, None), cert_pem)
+
+
+def test_an_existing_ca_is_taken_and_its_key_must_be_private(
+        make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    cert_pem, key_pem = tls.create_ca("ops")
+    (tmp_path / "ops-ca.crt").write_bytes(cert_pem)
+    key = tmp_path / "ops-ca.key"
+    key.write_bytes(key_pem)
+    os.chmod(key, 0o644)
+    root = make_inventory(all={**TLS, "deploykit_tls_ca_cert": str(tmp_path / "ops-ca.crt"),
+                               "deploykit_tls_ca_key": str(key)})
+    site = open_site(str(root))
+    with pytest.raises(tls.TlsError, match="accessible to others"):
+        tls.ensure_site_tls(site)
+    os.chmod(key, 0o600)
+    tls.ensure_site_tls(site)
+    issued = _cert((root / ".deploykit-tls" / "rgw2.pem").read_bytes())
+    issued.verify_directly_issued_by(_cert(cert_pem))
+    assert not (root / ".deploykit-tls" / "ca.key").exists()  # nothing created
+
+
+def test_a_ca_cert_without_its_key_is_refused(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(all={**TLS, "deploykit_tls_ca_cert": "/etc/ops/ca.crt"})
+    with pytest.raises(InventoryError, match="deploykit_tls_ca_key"):
+        open_site(str(root))
+
+
+def test_a_foreign_key_or_a_leaf_as_ca_is_refused(make_inventory: InventoryFactory,
+                                                   tmp_path: Path) -> None:
+    a, _ = tls.create_ca("a")
+    _, b_key = tls.create_ca("b")
+    (tmp_path / "ca.crt").write_bytes(a)
+    (tmp_path / "ca.key").write_bytes(b_key)
+    os.chmod(tmp_path / "ca.key", 0o600)
+    with pytest.raises(tls.TlsError, match="does not belong"):
+        tls.load_ca(tmp_path / "ca.crt", tmp_path / "ca.key")
+    ca = tls.CA(*_load(a, tls.create_ca("a")[1]))  # only to sign: any key will do here
+    leaf, leaf_key = tls.issue(ca, ["s3.t.test"], [], 30)
+    (tmp_path / "leaf.crt").write_bytes(leaf)
+    (tmp_path / "leaf.key").write_bytes(leaf_key)
+    os.chmod(tmp_path / "leaf.key", 0o600)
+    with pytest.raises(tls.TlsError, match="no CA certificate"):
+        tls.load_ca(tmp_path / "leaf.crt", tmp_path / "leaf.key")
+
+
+def test_tree_carries_paths_not_keys(make_inventory: InventoryFactory) -> None:
+    root = make_inventory(all=TLS)
+    site = open_site(str(root))
+    tls.ensure_site_tls(site)
+    tree = role_tree(site)
+    for files in tree.values():
+        for rendered in files.values():
+            assert "PRIVATE KEY" not in rendered.content and "BEGIN CERT" not in rendered.content
+    rgw = json.loads(tree["rgw1"][SETTINGS_PATH].content)["derived"]["tls"]
+    assert rgw == {"ca_cert": str(root / ".deploykit-tls" / "ca.crt"),
+                   "host_pem": str(root / ".deploykit-tls" / "rgw1.pem"),
+                   "ca_trust_path": "/usr/local/share/ca-certificates/deploykit-ca.crt",
+                   "haproxy_pem_path": "/etc/haproxy/deploykit-s3.pem"}
+    gpu = json.loads(tree["gpu1"][SETTINGS_PATH].content)["derived"]["tls"]
+    assert "host_pem" not in gpu  # a serving host gets the CA certificate only
+    plain = role_tree(open_site(str(make_inventory(all={}))))
+    assert "tls" not in json.loads(plain["rgw1"][SETTINGS_PATH].content)["derived"]
+
+
+def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFactory) -> None:
+    tree = render_site(open_site(str(make_inventory(all=TLS))))
+    cfg = tree["rgw1"]["/etc/haproxy/haproxy.cfg"].content
+    assert "bind *:443 ssl crt /etc/haproxy/deploykit-s3.pem alpn http/1.1" in cfg
+    assert "bind *:1967\n" in cfg  # /health and /stats stay plain HTTP for Consul's check
+    lm = yaml.safe_load(tree["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
+    assert lm["remote_url"] == "s3://lmcache.s3.t.test"
+    assert lm["extra_config"]["disable_tls"] is False
+    profile = tree["gpu1"]["/etc/deploykit/aws/config"].content
+    assert "endpoint_url = https://s3.t.test" in profile
+    plain = render_site(open_site(str(make_inventory(all={}))))
+    assert "ssl" not in plain["rgw1"]["/etc/haproxy/haproxy.cfg"].content
+    lm = yaml.safe_load(plain["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
+    assert lm["extra_config"]["disable_tls"] is True
+
+
+def test_the_render_play_issues_like_up(make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    """A plain ansible-playbook run renders with --for-roles: it must issue the certificates
+    the roles copy, and write no key into the tree."""
+    import subprocess
+    import sys
+
+    root = make_inventory(all=TLS)
+    out = tmp_path / "tree"
+    result = subprocess.run([sys.executable, "-m", "deploy_kit", "render", "--for-roles",
+                             "-i", str(root), "-o", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (root / ".deploykit-tls" / "rgw1.pem").exists()
+    assert "PRIVATE KEY" not in result.stdout + result.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"PRIVATE KEY" not in path.read_bytes(), path
