@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.project import project_dir
-from deploy_kit.render import names, tls
+from deploy_kit.render import lmcache_server, names, tls
+from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.transport.ssh import run_on
 from deploy_kit.verify.model import Finding, Status
 
@@ -41,16 +42,25 @@ class HostFiles:
 def _read(host: Host) -> HostFiles:
     c = host.config
     paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
+    # server topology: no lmcache.yaml on the host; its LMCache server's env holds the profile
+    env_paths = [names.vllm_env_path(c)] + \
+        ([lmcache_server.env_path(c)] if c.lmcache_topology == "server" else [])
     extra = [tls.SYSTEM_BUNDLE] if c.deploykit_s3_tls else []
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
-                       [names.vllm_env_path(c), *paths, "/etc/resolv.conf", *extra])
+                       [*env_paths, *paths, "/etc/resolv.conf", *extra])
     from deploy_kit.transport.ssh import sections
 
     found = sections(run_on(host, script))
-    env = dict(line.split("=", 1) for line in found.get(names.vllm_env_path(c), "").splitlines()
+    env = dict(line.split("=", 1) for path in reversed(env_paths)
+               for line in found.get(path, "").splitlines()
                if "=" in line and not line.startswith("#"))
-    return HostFiles(env=env, files={p: found.get(p, "") for p in paths},
-                     resolv=found.get("/etc/resolv.conf", ""),
+    files = {p: found.get(p, "") for p in paths}
+    if c.lmcache_topology == "server":
+        # the in-process connector is what the driver runs: give it the S3 settings this
+        # host's settings render (the same bucket, name, region and TLS as its server's L2)
+        files[names.lmcache_config_path(c)] = render_lmcache_yaml(c)
+        env.setdefault("LMCACHE_CONFIG_FILE", names.lmcache_config_path(c))
+    return HostFiles(env=env, files=files, resolv=found.get("/etc/resolv.conf", ""),
                      ca_bundle=found.get(tls.SYSTEM_BUNDLE, "") if extra else "")
 
 

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.lab
 
 LAB2, LAB3, LAB4 = "10.99.0.12", "10.99.0.13", "10.99.0.14"
 CFG = "/etc/deploykit"
+SERVER_UNIT = "/etc/systemd/system/lmcache-server.service"
 
 
 def verify(lab: Lab) -> tuple[int, list[dict]]:
@@ -64,9 +65,10 @@ def test_stopped_concentrator_is_named(converged: Lab) -> None:
 def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> None:
     converged.ssh(LAB3, f"sed -i 's/^aws_secret_access_key = .*/aws_secret_access_key = "
                   f"WRONGWRONGWRONG/' {CFG}/aws/credentials")
-    converged.ssh(LAB3, f"sed -i 's/^chunk_size: 256/chunk_size: 250/' {CFG}/lmcache.yaml")
+    # the lab serves with lmcache_topology server: LMCache's settings live in its unit
+    converged.ssh(LAB3, f"sed -i 's/--chunk-size 256/--chunk-size 250/' {SERVER_UNIT}")
     converged.ssh(LAB4, f"sed -i 's/^PYTHONHASHSEED=.*/PYTHONHASHSEED=68/' {CFG}/vllm.env")
-    converged.ssh(LAB4, f"sed -i '/s3_region:/d' {CFG}/lmcache.yaml")
+    converged.ssh(LAB4, f"sed -i 's/\"s3_region\":\"default\",//' {SERVER_UNIT}")
     # lab2's s3 registration renamed: Consul (and so every DNS server) loses 10.99.0.12
     converged.ssh(LAB2, "sed -i 's/\"name\": \"s3\"/\"name\": \"s3-broken\"/' "
                   "/etc/consul.d/s3-service.json && consul reload && sleep 2")
