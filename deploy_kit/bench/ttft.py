@@ -142,8 +142,12 @@ def run_protocol(a: Target, b: Target | None, lengths: list[int], repeats: int, 
             fresh = oa.prompt_ids(length, f"{run_id}-{length}-{rep}-control", token_ids)
             row("dram_only_control", control, fresh)
             new = settle(tier, before, timeout=30.0, want_new=False)
-            purged[length] += tier.purge(new)
-            log(f"purged {len(new)} objects of {length}-token prompts")
+            deleted = tier.purge(new)
+            purged[length] += deleted
+            if deleted < len(new):
+                notes.append(f"{length} tokens, repeat {rep}: purged {deleted} of {len(new)} "
+                             "new objects (the next length may not start cold)")
+            log(f"purged {deleted} of {len(new)} objects of {length}-token prompts")
     return results, purged, notes
 
 
@@ -156,6 +160,15 @@ if systemctl cat lmcache-server >/dev/null 2>&1; then $S systemctl restart lmcac
 $S systemctl start vllm
 echo __restarted__
 """
+
+
+def object_path(key: str) -> str:
+    """The request path of an object as LMCache's S3 L2 adapter writes it: the key URL-quoted
+    with `/` kept (its keys start with the model name, a local path in the lab), which is
+    also the canonical URI SigV4 signs."""
+    import urllib.parse
+
+    return "/" + urllib.parse.quote(key, safe="/-_.~")
 
 
 def profile_credentials(host: Host) -> Credentials | None:
@@ -209,9 +222,19 @@ class SiteTier:
         return {o.key for o in list_objects(self.bucket)}
 
     def purge(self, keys: set[str]) -> int:
-        from deploy_kit.cache.store import delete_objects
+        from concurrent.futures import ThreadPoolExecutor
 
-        return delete_objects(self.bucket, sorted(keys)) if keys else 0
+        from deploy_kit.transport.sigv4 import request
+
+        b = self.bucket
+
+        def delete(key: str) -> int:
+            status, _ = request(b.address, b.port, "DELETE", object_path(key), b.host,
+                                b.region, b.credentials)
+            return 1 if status in (200, 204) else 0
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            return sum(pool.map(delete, sorted(keys)))
 
 
 def manifest(hosts: list[Host]) -> dict[str, Any]:

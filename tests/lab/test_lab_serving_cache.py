@@ -31,6 +31,7 @@ def test_bench_ttft_remote_hit_on_the_other_host_is_a_quarter_of_cold(
         converged: Lab, tmp_path: Path) -> None:
     result = converged.deploykit("bench", "ttft", "--inventory", "lab", "--lengths", "4096",
                                  "--out", str(tmp_path))
+    print(result.stdout)  # the table, for the record (pytest -s)
     doc = json.loads((tmp_path / "ttft.json").read_text())
     assert ttft_report.problems(doc) == [], ttft_report.problems(doc)
     assert (tmp_path / "ttft.png").stat().st_size > 10_000

@@ -190,3 +190,9 @@ def test_fewer_than_two_serving_hosts_is_a_one_line_error(
         ttft.run(site, "inv", None, 1, tmp_path)
     assert "needs 2 serving hosts" in raised.value.message and "1 of" in raised.value.message
     assert "--allow-single-host" in (raised.value.hint or "")
+
+
+def test_object_paths_keep_slashes_like_lmcache_s3_adapter() -> None:
+    key = "/var/lib/vllm/models/lab-llama@00000000@0@3fa9"
+    assert ttft.object_path(key) == "//var/lib/vllm/models/lab-llama%4000000000%400%403fa9"
+    assert ttft.object_path("Qwen/Qwen3-8B@0@0@ab") == "/Qwen/Qwen3-8B%400%400%40ab"
