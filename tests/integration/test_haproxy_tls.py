@@ -257,3 +257,18 @@ def test_boto3_reaches_a_gateway_by_address_with_the_site_ca(
 
     with pytest.raises(SSLError):
         head(True)  # certifi's bundle does not know the site CA
+
+
+def test_awscrt_uses_port_443_when_the_host_has_none(tmp_path: Path) -> None:
+    """remote_url s3://<bucket>.<fqdn> carries no port with TLS on 443 (names.endpoint_host):
+    awscrt 0.38.1 then connects to 443 (research notes had this unverified)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not SYSTEM_BUNDLE.exists():
+        pytest.skip("needs root, unshare and a Debian CA bundle (private net + mount namespace)")
+    script = Path(__file__).parent / "crt_default_port.py"
+    result = subprocess.run(
+        ["unshare", "-n", "-m", "--propagation", "private", "sh", "-c",
+         f"ip link set lo up && exec {sys.executable} {script} {tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"status": 200}, \
+        result.stdout + result.stderr
