@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import ssl
 import urllib.parse
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ from datetime import datetime
 from deploy_kit.cache.keys import StoredObject
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
+from deploy_kit.render import tls
 from deploy_kit.transport.sigv4 import Credentials, request
 from deploy_kit.transport.ssh import run_on
 
@@ -28,6 +30,7 @@ class Bucket:
     host: str  # <bucket>.<fqdn>: virtual-hosted, as LMCache addresses it
     region: str
     credentials: Credentials
+    tls: ssl.SSLContext | None = None  # deploykit_s3_tls: https, the site CA as the anchor
 
 
 def open_bucket(site: Site) -> Bucket:
@@ -47,7 +50,19 @@ def open_bucket(site: Site) -> Bucket:
     return Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
                   host=f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}",
                   region=s.deploykit_s3_region,
-                  credentials=Credentials(key["access_key"], key["secret_key"]))
+                  credentials=Credentials(key["access_key"], key["secret_key"]),
+                  tls=_site_tls(site))
+
+
+def _site_tls(site: Site) -> ssl.SSLContext | None:
+    s = site.settings
+    if not s.deploykit_s3_tls:
+        return None
+    try:
+        return ssl.create_default_context(cafile=str(tls.ca_cert_path(site.root, s)))
+    except OSError as exc:
+        raise CacheError(f"cannot read the site CA: {exc}",
+                         hint="has `deploykit up` run (it creates the CA)?") from None
 
 
 def canonical_query(params: dict[str, str]) -> str:
@@ -69,7 +84,8 @@ def list_objects(bucket: Bucket, prefix: str = "") -> list[StoredObject]:
         if token:
             params["continuation-token"] = token
         status, body = request(bucket.address, bucket.port, "GET", "/", bucket.host,
-                               bucket.region, bucket.credentials, query=canonical_query(params))
+                               bucket.region, bucket.credentials, query=canonical_query(params),
+                               tls=bucket.tls)
         if status != 200:
             raise CacheError(f"listing the bucket failed: HTTP {status}")
         root = ET.fromstring(body)
@@ -89,7 +105,7 @@ def delete_objects(bucket: Bucket, keys: list[str], workers: int = 16) -> int:
     def delete(key: str) -> int:
         path = "/" + urllib.parse.quote(key, safe="-_.~")
         status, _ = request(bucket.address, bucket.port, "DELETE", path, bucket.host,
-                            bucket.region, bucket.credentials)
+                            bucket.region, bucket.credentials, tls=bucket.tls)
         return 1 if status in (200, 204) else 0
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

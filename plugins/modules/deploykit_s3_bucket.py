@@ -21,6 +21,7 @@ options:
   bucket: {type: str, required: true, description: bucket name}
   region: {type: str, default: default, description: SigV4 region}
   lifecycle: {type: dict, required: true, description: "{Rules: [...]} as in the S3 API"}
+  ca_bundle: {type: path, description: "CA file for an https endpoint (the site CA)"}
 author: deploykit
 """
 
@@ -60,6 +61,7 @@ def main() -> None:
             "bucket": {"type": "str", "required": True},
             "region": {"type": "str", "default": "default"},
             "lifecycle": {"type": "dict", "required": True},
+            "ca_bundle": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -70,7 +72,9 @@ def main() -> None:
     except ImportError:
         module.fail_json(msg="boto3 is needed on the controller (pip install deploykit)")
     p = module.params
+    # https endpoint (deploykit_s3_tls): verified against the site CA, not certifi's bundle
     s3 = boto3.client("s3", endpoint_url=p["endpoint"], aws_access_key_id=p["access_key"],
+                      verify=p["ca_bundle"] or True,
                       aws_secret_access_key=p["secret_key"], region_name=p["region"],
                       config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3},
                                     request_checksum_calculation="when_required",

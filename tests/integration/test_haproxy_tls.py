@@ -233,3 +233,42 @@ def test_awscrt_trusts_the_site_ca_through_the_system_bundle(
     assert _crt(tmp_path, with_ca, "tls", VHOST, str(port)) == {"connected": True}
     without = _crt(tmp_path, SYSTEM_BUNDLE, "tls", VHOST, str(port))
     assert without.get("error") == "AWS_IO_TLS_ERROR_NEGOTIATION_FAILURE", without
+
+
+def test_boto3_reaches_a_gateway_by_address_with_the_site_ca(
+        concentrator: tuple[Path, int]) -> None:
+    """The bucket module (ceph_rgw_s3 role) talks to the first gateway by address over
+    https: botocore verifies the host's IP SAN against the site CA (not certifi's bundle)."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    root, port = concentrator
+    ca = tls_names.ca_cert_path(root, open_site(str(root)).settings)
+
+    def head(verify: str | bool) -> int:
+        s3 = boto3.client("s3", endpoint_url=f"https://127.0.0.1:{port}", aws_access_key_id="A",
+                          aws_secret_access_key="S", region_name="default", verify=verify,
+                          config=Config(s3={"addressing_style": "path"},
+                                        retries={"max_attempts": 1}))
+        return int(s3.head_bucket(Bucket=BUCKET)["ResponseMetadata"]["HTTPStatusCode"])
+
+    assert head(str(ca)) == 200
+    from botocore.exceptions import SSLError
+
+    with pytest.raises(SSLError):
+        head(True)  # certifi's bundle does not know the site CA
+
+
+def test_awscrt_uses_port_443_when_the_host_has_none(tmp_path: Path) -> None:
+    """remote_url s3://<bucket>.<fqdn> carries no port with TLS on 443 (names.endpoint_host):
+    awscrt 0.38.1 then connects to 443 (research notes had this unverified)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not SYSTEM_BUNDLE.exists():
+        pytest.skip("needs root, unshare and a Debian CA bundle (private net + mount namespace)")
+    script = Path(__file__).parent / "crt_default_port.py"
+    result = subprocess.run(
+        ["unshare", "-n", "-m", "--propagation", "private", "sh", "-c",
+         f"ip link set lo up && exec {sys.executable} {script} {tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"status": 200}, \
+        result.stdout + result.stderr
