@@ -31,9 +31,17 @@ CLEAN_STALE = ("for f in /dev/shm/lmcache_kv_*; do [ -e \"$f\" ] || continue; "
                "p=${f#/dev/shm/lmcache_kv_}; p=${p%%_*}; [ -d /proc/$p ] || rm -f \"$f\"; done")
 
 
+def _serving_vars(hosts: dict) -> dict:
+    """The vllm group's vars in hosts.yml (where `lab up` puts the serving settings)."""
+    group: dict = hosts["all"]["children"]["vllm"]
+    return group.setdefault("vars", {})
+
+
 def settings() -> dict:
-    loaded: dict = yaml.safe_load((LAB_INVENTORY / "group_vars/all/lab.yml").read_text())
-    return loaded
+    """The serving hosts' settings: group_vars/all/lab.yml, then the vllm group's vars."""
+    merged: dict = yaml.safe_load((LAB_INVENTORY / "group_vars/all/lab.yml").read_text())
+    hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
+    return {**merged, **_serving_vars(hosts)}
 
 
 def runs_vllm() -> bool:
@@ -53,13 +61,14 @@ def vllm_lab(converged: Lab) -> Lab:
 
 
 def inventory_copy(tmp_path: Path, **overrides: object) -> str:
-    """inventory/lab copied with some settings replaced (the lab itself is left alone)."""
+    """inventory/lab copied with some serving settings replaced, in the vllm group's vars
+    (above group_vars/all); the lab's own inventory is left alone."""
     target = tmp_path / "inventory"
     shutil.copytree(LAB_INVENTORY, target)
-    path = target / "group_vars/all/lab.yml"
-    data = yaml.safe_load(path.read_text())
-    data.update(overrides)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    path = target / "hosts.yml"
+    hosts = yaml.safe_load(path.read_text())
+    _serving_vars(hosts).update(overrides)
+    path.write_text(yaml.safe_dump(hosts, sort_keys=False))
     return str(target)
 
 
