@@ -29,18 +29,22 @@ def test_cache_hit_checks_pass_on_every_serving_host(converged: Lab) -> None:
 
 def test_bench_ttft_remote_hit_on_the_other_host_is_a_quarter_of_cold(
         converged: Lab, tmp_path: Path) -> None:
+    """Median of 3 fresh prompts: single runs measured 0.147 and 0.265 of cold on this
+    shared 2-core machine, so one run alone is too noisy to hold the 1/4 target."""
     result = converged.deploykit("bench", "ttft", "--inventory", "lab", "--lengths", "4096",
-                                 "--out", str(tmp_path))
+                                 "--repeats", "3", "--out", str(tmp_path))
     print(result.stdout)  # the table, for the record (pytest -s)
     doc = json.loads((tmp_path / "ttft.json").read_text())
     assert ttft_report.problems(doc) == [], ttft_report.problems(doc)
     assert (tmp_path / "ttft.png").stat().st_size > 10_000
-    by = {r["case"]: r for r in doc["results"]}
-    assert set(by) == set(ttft_report.CASES), result.stdout
-    assert by["cold"]["hit_tokens"] == 0 and by["dram_only_control"]["hit_tokens"] == 0
-    for case in ("dram_hit", "remote_hit_restart", "remote_hit_other_host"):
-        assert by[case]["hit_tokens"] == 4095, (case, by[case])
-    assert by["remote_hit_other_host"]["host"] != by["cold"]["host"]
-    assert by["remote_hit_other_host"]["ttft_s"] <= by["cold"]["ttft_s"] / 4, doc["summary"]
-    assert doc["purged_objects"]["4096"] > 0
+    assert {r["case"] for r in doc["results"]} == set(ttft_report.CASES), result.stdout
+    assert len(doc["results"]) == 3 * len(ttft_report.CASES)
+    for row in doc["results"]:
+        cold_case = row["case"] in ("cold", "dram_only_control")
+        assert row["hit_tokens"] == (0 if cold_case else 4095), row
+        assert row["host"] == ("lab4" if row["case"] in ("remote_hit_other_host",
+                                                        "dram_only_control") else "lab3"), row
+    by = {s["case"]: s for s in doc["summary"]}
+    assert by["remote_hit_other_host"]["ttft_vs_cold"] <= 0.25, doc["summary"]
+    assert doc["purged_objects"]["4096"] >= 3 * 2 * 16 and doc["notes"] == []
     assert "TTFT by context length" in result.stdout

@@ -110,14 +110,15 @@ def test_protocol_order_restart_and_purge(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(ttft, "settle", lambda tier, before, **_: tier.objects() - before)
     a, b = ttft.Target("a", "10.0.0.1", 8000, "m"), ttft.Target("b", "10.0.0.2", 8000, "m")
     results, purged, notes = ttft.run_protocol(
-        a, b, [1024, 2048], 1, tier, max_tokens=4, token_ids=(3, 259), run_id="t",
+        a, b, [1024, 2048], 2, tier, max_tokens=4, token_ids=(3, 259), run_id="t",
         ready_timeout=1)
+    assert len(results) == 2 * 2 * 5 and [r["repeat"] for r in results[:10:5]] == [0, 1]
     assert [r["case"] for r in results[:5]] == list(ttft_report.CASES)
     assert [r["host"] for r in results[:5]] == ["a", "a", "a", "b", "b"]
     assert [r["hit_tokens"] for r in results[:5]] == [0, 1024, 1024, 1024, 0]
     assert tier.events[:3] == ["request a", "request a", "restart a"]
-    assert tier.events.count("restart a") == 2 and tier.stored == set()
-    assert purged == {1024: 8, 2048: 16} and notes == []
+    assert tier.events.count("restart a") == 4 and tier.stored == set()
+    assert purged == {1024: 16, 2048: 32} and notes == []
 
 
 def _doc() -> dict[str, Any]:
