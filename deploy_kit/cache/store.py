@@ -103,7 +103,9 @@ def list_objects(bucket: Bucket, prefix: str = "") -> list[StoredObject]:
 
 def delete_objects(bucket: Bucket, keys: list[str], workers: int = 16) -> int:
     def delete(key: str) -> int:
-        path = "/" + urllib.parse.quote(key, safe="-_.~")
+        # `/` kept, as LMCache writes the path (server-topology keys start with the model
+        # path): an encoded %2F is another canonical URI and RGW refuses the signature
+        path = "/" + urllib.parse.quote(key, safe="/-_.~")
         status, _ = request(bucket.address, bucket.port, "DELETE", path, bucket.host,
                             bucket.region, bucket.credentials, tls=bucket.tls)
         return 1 if status in (200, 204) else 0
