@@ -141,9 +141,13 @@ def main() -> None:
             stop = threading.Event()
 
             def sample(stop: threading.Event = stop, spread: dict[str, int] = spread) -> None:
-                while not stop.wait(0.2):
+                # often: a small model's chunk objects (2 MiB for the lab's) finish in tens
+                # of milliseconds, so a slower sampler saw no connection at all
+                while True:
                     for address, n in connection_spread(job["port"]).items():
                         spread[address] = max(spread.get(address, 0), n)
+                    if stop.wait(0.01):
+                        return
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()

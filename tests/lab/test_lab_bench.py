@@ -14,7 +14,8 @@ pytestmark = pytest.mark.lab
 
 def test_bench_storage_compares_clients_and_spreads_over_gateways(converged: Lab) -> None:
     out = REPO / "runs" / "test-bench-storage"
-    converged.deploykit("bench", "storage", "-i", "lab", "--threads", "2", "--objects", "2",
+    # 16 objects: the lab model's 2 MiB chunks are quick; enough requests to use both names
+    converged.deploykit("bench", "storage", "-i", "lab", "--threads", "2", "--objects", "16",
                         "--out", str(out))
     result = json.loads((out / "storage.json").read_text())
     rows = {(r["client"], r["op"]): r for r in result["results"]
