@@ -24,7 +24,9 @@ def test_roundtrip_hit_identical_and_seed_mismatch_miss(converged: Lab) -> None:
     assert trip["status"] == "pass", trip
     assert "hit 2/2, byte-identical" in trip["message"] and trip["target"] == "lab3 → lab4"
     assert findings["lmcache-object-names"]["status"] == "pass"
-    assert "Qwen_Qwen3-8B@1@0@" in findings["lmcache-object-names"]["message"]
+    # the in-process connector names objects by the model with '/' as '_'
+    assert "_var_cache_deploykit_model-lab-llama-1@1@0@" in \
+        findings["lmcache-object-names"]["message"]
     mismatch = findings["lmcache-seed-mismatch"]
     assert mismatch["status"] == "pass" and "misses (0/2 hits)" in mismatch["message"]
 

@@ -127,8 +127,9 @@ def test_stopped_vllm_fails_verify_naming_the_host(converged: Lab) -> None:
         failed = [f for f in findings if f["check"] == "vllm-service" and f["status"] == "fail"]
         assert [f["target"] for f in failed] == ["lab4"], failed
     finally:
-        converged.ssh(address, "systemctl start vllm")
-        wait_healthy(address)
+        # the LMCache server dropped the stopped vLLM's KV registration; start both fresh
+        converged.ssh(address, "systemctl restart lmcache-server && systemctl start vllm")
+        wait_healthy(address, timeout=600)
 
 
 def test_wheelhouse_command_reuses_the_lab_wheelhouse(lab: Lab, tmp_path: Path) -> None:
@@ -136,7 +137,7 @@ def test_wheelhouse_command_reuses_the_lab_wheelhouse(lab: Lab, tmp_path: Path) 
     download: its manifest is there) that the lab's serving hosts installed from."""
     out = Path("/var/cache/deploykit/wheelhouse")
     result = lab.deploykit("wheelhouse", "--inventory", "lab", "--out", str(out))
-    assert "cpu-vllm-0.32.0-lmcache-0.5.6-py311" in result.stdout
+    assert "cpu-vllm-0.32.0-lmcache-0.5.6-py311" in result.stdout + result.stderr
     manifest = json.loads((out / "cpu-vllm-0.32.0-lmcache-0.5.6-py311" /
                            "manifest.json").read_text())
     assert manifest["installed_without_deps"] and manifest["wheels"] > 100

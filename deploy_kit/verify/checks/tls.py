@@ -13,6 +13,11 @@ WARN_DAYS = 30  # the same window in which `deploykit up` reissues (deploy_kit/r
        summary="every concentrator's certificate verifies against the site CA for "
                "<bucket>.<fqdn>, names <fqdn> and *.<fqdn>, and is not about to expire")
 def certificate(obs: Observation) -> Iterator[Finding]:
+    if not obs.pinned.get("tls") and not obs.tls:
+        # not skipped for want of data: the site chose plain HTTP, say so
+        yield Finding("s3-tls-certificate", Status.INFO, "site",
+                      "deploykit_s3_tls is false: the S3 name is served over plain HTTP")
+        return
     for t in obs.tls:
         target = f"{t.address}:{t.port}"
         if t.handshake_error:
