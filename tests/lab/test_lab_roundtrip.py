@@ -31,8 +31,12 @@ def test_roundtrip_hit_identical_and_seed_mismatch_miss(converged: Lab) -> None:
     assert mismatch["status"] == "pass" and "misses (0/2 hits)" in mismatch["message"]
 
     stats = json.loads(converged.deploykit("cache", "stats", "-i", "lab", "--json").stdout)
-    qwen = [g for g in stats["groups"] if g["model"] == "Qwen_Qwen3-8B"]
-    assert qwen and qwen[0]["objects"] == 2 and qwen[0]["bytes"] == 2 * 37_748_736
-    converged.deploykit("cache", "purge", "-i", "lab", "--model", "Qwen/Qwen3-8B", "--yes")
+    # the lab model: 8 KiB of KV per token, so one 256-token chunk object is 2 MiB
+    name = "_var_cache_deploykit_model-lab-llama-1"
+    group = [g for g in stats["groups"] if g["model"] == name]
+    assert group and group[0]["objects"] == 2 and group[0]["bytes"] == 2 * 2_097_152, \
+        stats["groups"]
+    converged.deploykit("cache", "purge", "-i", "lab", "--model",
+                        "/var/cache/deploykit/model-lab-llama-1", "--yes")
     after = json.loads(converged.deploykit("cache", "stats", "-i", "lab", "--json").stdout)
-    assert not [g for g in after["groups"] if g["model"] == "Qwen_Qwen3-8B"]
+    assert not [g for g in after["groups"] if g["model"] == name]
