@@ -364,21 +364,29 @@ def rope_override_complete(site: Site) -> Iterator[Problem]:
                           "or set vllm_model_config")
 
 
+def _pinned_vllm_hosts(site: Site) -> Iterator[tuple[Host, str, compat.VLLMCompat]]:
+    """Serving hosts with an accelerator and a vLLM the table knows (versions_supported and
+    groups_present report the others)."""
+    for host in site.group("vllm"):
+        accelerator = host.config.vllm_accelerator
+        if accelerator is None:
+            continue
+        try:
+            table = compat.vllm(host.config.vllm_version)
+        except ValueError:
+            continue
+        yield host, accelerator, table
+
+
 def accelerator_wheels_available(site: Site) -> Iterator[Problem]:
     """ROCm and Gaudi3 builds are not on PyPI: they install from the site's wheel directory.
     A plan warning (not a rule: a site may install them out of band); the vllm and lmcache
     roles refuse to install from PyPI there."""
-    for host in site.group("vllm"):
+    for host, accelerator, table in _pinned_vllm_hosts(site):
         c = host.config
-        if c.vllm_accelerator is None:
+        if not table.needs_wheelhouse(accelerator):
             continue
-        try:
-            table = compat.vllm(c.vllm_version)
-        except ValueError:
-            continue
-        if not table.needs_wheelhouse(c.vllm_accelerator):
-            continue
-        wanted = ", ".join(table.packages(c.vllm_accelerator, c.vllm_version))
+        wanted = ", ".join(table.packages(accelerator, c.vllm_version))
         if c.vllm_install and not c.vllm_wheel_dir:
             yield Problem(_src(site, host, "vllm_wheel_dir"), "vllm_wheel_dir",
                           f"{host.name} ({c.vllm_accelerator}) needs {wanted} from the site's "
@@ -601,14 +609,8 @@ TOPOLOGY_CONNECTOR = {"inprocess": "LMCacheConnectorV1", "server": "LMCacheMPCon
 def accelerator_supported(site: Site) -> Iterator[Problem]:
     """The pinned vLLM must have a build for the accelerator, and LMCache a topology that
     works there: the in-process connector has no CPU path and silently recomputes."""
-    for host in site.group("vllm"):
+    for host, _accelerator, table in _pinned_vllm_hosts(site):
         c = host.config
-        if c.vllm_accelerator is None:
-            continue
-        try:
-            table = compat.vllm(c.vllm_version)
-        except ValueError:
-            continue
         if c.vllm_accelerator not in table.accelerators:
             rows = [s for s in compat.supported_series("vllm")
                     if c.vllm_accelerator in compat.vllm(f"{s}.0").accelerators]

@@ -267,3 +267,12 @@ def evaluate(observation: Observation, only: set[str] | None = None) -> list[Fin
                         if f.status == Status.FAIL else f for f in produced]
         findings.extend(produced)
     return findings
+
+
+def argv_flag(argv: list[str], name: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None

