@@ -29,6 +29,7 @@ class LMCacheCompat:
     s3_tls_default_on: bool
     s3_shm_files_per_worker: int
     nixl_storage: bool
+    nixl_packages: tuple[str, ...] = ()  # what `nixl` mode installs beside LMCache
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def lmcache(version: str) -> LMCacheCompat:
         s3_tls_default_on=bool(e["s3_tls_default_on"]),
         s3_shm_files_per_worker=int(e["s3_shm_files_per_worker"]),
         nixl_storage=bool(e["nixl_storage"]),
+        nixl_packages=tuple(e.get("nixl_packages", ())),
     )
 
 

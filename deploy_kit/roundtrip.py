@@ -1,5 +1,6 @@
-"""`deploykit verify --roundtrip`: LMCache's real S3 connector stores a chunk from one
-serving host and reads it back from another, through the deployed remote_url, profile and
+"""`deploykit verify --roundtrip`: LMCache's real remote store path (its S3 connector, or in
+`nixl` mode its NIXL storage backend with NIXL's OBJ plugin) stores chunks from one serving
+host and reads them back from another, through the deployed settings, profile and
 PYTHONHASHSEED; a second read with another seed must miss.
 
 Where a serving host has LMCache installed (vllm_venv), the driver runs there over SSH.
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from urllib.parse import quote
 
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.project import project_dir
@@ -23,7 +26,7 @@ from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.transport.ssh import run_on
 from deploy_kit.verify.model import Finding, Status
 
-DRIVER = "tools/lmcache_roundtrip.py"
+DRIVERS = {"s3": "tools/lmcache_roundtrip.py", "nixl": "tools/lmcache_nixl_roundtrip.py"}
 TOKENS = 512  # two 256-token chunks
 
 
@@ -39,7 +42,9 @@ class HostFiles:
     ca_bundle: str = ""  # the host's system CA bundle (deploykit_s3_tls): what awscrt trusts
 
 
-def _read(host: Host) -> HostFiles:
+def _read(host: Host, render: bool = False) -> HostFiles:
+    """The host's deployed files; with `render`, its LMCache config is rendered from its
+    settings instead (server topology, or a store the host does not run yet)."""
     c = host.config
     paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
     # server topology: no lmcache.yaml on the host; its LMCache server's env holds the profile
@@ -55,9 +60,9 @@ def _read(host: Host) -> HostFiles:
                for line in found.get(path, "").splitlines()
                if "=" in line and not line.startswith("#"))
     files = {p: found.get(p, "") for p in paths}
-    if c.lmcache_topology == "server":
-        # the in-process connector is what the driver runs: give it the S3 settings this
-        # host's settings render (the same bucket, name, region and TLS as its server's L2)
+    if c.lmcache_topology == "server" or render:
+        # the in-process connector is what the driver runs: give it the settings this host's
+        # settings render (the same bucket, name, region and TLS as its server's L2)
         files[names.lmcache_config_path(c)] = render_lmcache_yaml(c)
         env.setdefault("LMCACHE_CONFIG_FILE", names.lmcache_config_path(c))
     return HostFiles(env=env, files=files, resolv=found.get("/etc/resolv.conf", ""),
@@ -79,7 +84,7 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
     env = dict(deployed.env)
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
-    driver = (project_dir() / DRIVER).read_text()
+    driver = (project_dir() / DRIVERS[host.config.lmcache_mode]).read_text()
     output = local(host, deployed, env, driver, args) if local else None
     if output is None:
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -95,13 +100,64 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
     return result
 
 
-def roundtrip(site: Site, local: LocalDriver | None = None) -> list[Finding]:
-    serving = site.group("vllm")
+def nixl_object_name(key: str) -> str:
+    """The object NIXL's dynamic mode stores a chunk under: '/' and '@' become '_', then
+    percent-encoding (lmcache 0.5.6 nixl_storage_backend.py _format_object_key_url_safe)."""
+    return quote(key.replace("/", "_").replace("@", "_"), safe="")
+
+
+def _names_finding(host: Host, result: Mapping[str, object]) -> Finding:
+    keys = [str(k) for k in result.get("keys", [])]  # type: ignore[attr-defined]
+    prefix = host.config.vllm_model + "@1@0@"
+    well_formed = bool(keys) and all(k.startswith(prefix) and k.endswith("@bfloat16")
+                                     for k in keys)
+    if host.config.lmcache_mode == "nixl":
+        objects = [str(o) for o in result.get("objects", [])]  # type: ignore[attr-defined]
+        if well_formed and objects == [nixl_object_name(k) for k in keys]:
+            return Finding("lmcache-object-names", Status.PASS, host.name,
+                           f"NIXL objects named {objects[0]}")
+        return Finding("lmcache-object-names", Status.FAIL, host.name,
+                       f"unexpected keys {keys[:1]} / objects {objects[:1]}",
+                       "expected <model>_1_0_<hash>_<dtype> (LMCache's key, '/' and '@' as _)")
+    if well_formed:
+        return Finding("lmcache-object-names", Status.PASS, host.name,
+                       f"objects named {keys[0].replace('/', '_')}")  # S3 object: / as _
+    return Finding("lmcache-object-names", Status.FAIL, host.name,
+                   f"unexpected object names {keys[:2]}",
+                   "expected <model>@<tp*pp>@<rank>@<hash>@<dtype>")
+
+
+def _path(c: HostConfig) -> str:
+    if c.lmcache_mode == "nixl":
+        return f"NIXL {c.lmcache_nixl_backend} at {names.endpoint_url(c)}/{c.deploykit_s3_bucket}"
+    return f"{c.deploykit_s3_bucket}.{c.deploykit_s3_fqdn}"
+
+
+def _as_store(host: Host, store: str | None) -> Host:
+    if store is None or store == host.config.lmcache_mode:
+        return host
+    return replace(host, config=host.config.model_copy(update={"lmcache_mode": store}))
+
+
+def roundtrip(site: Site, local: LocalDriver | None = None,
+              store: str | None = None) -> list[Finding]:
+    """`store` (s3 or nixl) tries that store with each host's settings instead of the one
+    it runs: e.g. NIXL's OBJ path against the same RGW before a fleet switches to it."""
+    if store is not None and store not in DRIVERS:
+        raise RoundTripError(f"no round trip for store {store!r}", hint="use s3 or nixl")
+    serving = [_as_store(h, store) for h in site.group("vllm")]
+    serving = [h for h in serving if h.config.lmcache_mode in DRIVERS]
     if len(serving) < 2:
         return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
-                        "needs two serving hosts")]
-    a, b = serving[0], serving[1]
-    files_a, files_b = _read(a), _read(b)  # one SSH read per host for all three runs
+                        "needs two serving hosts with a remote store (lmcache_mode s3 or nixl)")]
+    a = serving[0]
+    # both ends must speak the same store: a nixl host cannot read what an S3 host wrote
+    b = next((h for h in serving[1:] if h.config.lmcache_mode == a.config.lmcache_mode), None)
+    if b is None:
+        return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
+                        f"no second serving host in lmcache_mode {a.config.lmcache_mode}")]
+    forced = store is not None
+    files_a, files_b = _read(a, forced), _read(b, forced)  # one SSH read per host, 3 runs
     stored = _run_driver(a, files_a, "store", None, local)
     fetched = _run_driver(b, files_b, "fetch", None, local)
     seed = b.config.vllm_python_hash_seed
@@ -110,25 +166,18 @@ def roundtrip(site: Site, local: LocalDriver | None = None) -> list[Finding]:
     findings = []
     identical = fetched.get("identical", [])
     hits = int(str(fetched.get("hits", 0)))
-    expected_prefix = a.config.vllm_model + "@1@0@"  # the S3 object name has / as _
+    written = stored.get("exists", [])
     if hits == len(keys) and keys and all(identical):  # type: ignore[arg-type]
         findings.append(Finding(
             "lmcache-roundtrip", Status.PASS, f"{a.name} → {b.name}",
             f"{a.name} stored {len(keys)} chunks of {stored.get('chunk_bytes')} B through "
-            f"{a.config.deploykit_s3_bucket}.{a.config.deploykit_s3_fqdn}; {b.name} hit "
-            f"{hits}/{len(keys)}, byte-identical"))
+            f"{_path(a.config)}; {b.name} hit {hits}/{len(keys)}, byte-identical"))
     else:
         findings.append(Finding(
             "lmcache-roundtrip", Status.FAIL, f"{a.name} → {b.name}",
-            f"{b.name} hit {hits}/{len(keys)}, identical {identical}",
+            f"{a.name} wrote {written}; {b.name} hit {hits}/{len(keys)}, identical {identical}",
             "run `deploykit verify` for the cause (seed, credentials, DNS, region)"))
-    if keys and all(k.startswith(expected_prefix) and k.endswith("@bfloat16") for k in keys):
-        findings.append(Finding("lmcache-object-names", Status.PASS, a.name,
-                                f"objects named {keys[0].replace('/', '_')}"))
-    else:
-        findings.append(Finding("lmcache-object-names", Status.FAIL, a.name,
-                                f"unexpected object names {keys[:2]}",
-                                "expected <model>@<tp*pp>@<rank>@<hash>@<dtype>"))
+    findings.append(_names_finding(a, stored))
     missed = int(str(other.get("hits", 0))) == 0
     findings.append(Finding(
         "lmcache-seed-mismatch", Status.PASS if missed else Status.FAIL, b.name,

@@ -42,11 +42,14 @@ class Recipe:
     lmcache_version: str
     python_version: str  # the serving hosts' python3, "3.11"
     glibc: str = "2.36"  # the serving hosts' C library (Debian 12); manylinux tags up to it
+    nixl: bool = False  # lmcache_mode nixl: LMCache's `nixl` extra and the pinned NIXL
 
     @property
     def name(self) -> str:
         py = self.python_version.replace(".", "")
-        return f"{self.accelerator}-vllm-{self.vllm_version}-lmcache-{self.lmcache_version}-py{py}"
+        nixl = "-nixl" if self.nixl else ""
+        return (f"{self.accelerator}-vllm-{self.vllm_version}-lmcache-{self.lmcache_version}"
+                f"{nixl}-py{py}")
 
 
 def normalise(name: str) -> str:
@@ -115,7 +118,12 @@ def requirements(recipe: Recipe, work: Path) -> tuple[list[str], list[str]]:
                               "wheelhouse from the vendor's artefact source",
                               hint="point vllm_wheel_dir/lmcache_wheel_dir at it")
     package = table.package_name(recipe.accelerator)
-    common = [f"lmcache=={recipe.lmcache_version}", *EXTRA_PACKAGES]
+    lmcache = compat.lmcache(recipe.lmcache_version)
+    if recipe.nixl and not lmcache.nixl_storage:
+        raise WheelhouseError(f"LMCache {recipe.lmcache_version} has no NIXL storage backend",
+                              hint="pin lmcache_version 0.4 or later for lmcache_mode nixl")
+    common = ([f"lmcache[nixl]=={recipe.lmcache_version}", *lmcache.nixl_packages]
+              if recipe.nixl else [f"lmcache=={recipe.lmcache_version}"]) + list(EXTRA_PACKAGES)
     pins = (table.torch_pins or {}).get(recipe.accelerator)
     if not pins:
         return [f"{package}=={recipe.vllm_version}", *common], []
@@ -171,6 +179,7 @@ def build(recipe: Recipe, root: Path) -> Path:
     manifest.write_text(json.dumps({
         "accelerator": recipe.accelerator, "vllm_version": recipe.vllm_version,
         "lmcache_version": recipe.lmcache_version, "python_version": recipe.python_version,
+        "nixl": recipe.nixl,
         "resolved": resolve, "installed_without_deps": no_deps, "lock_sha256": lock_sha,
         "wheels": len(list(target.glob("*.whl")))}, indent=2) + "\n")
     return target

@@ -76,7 +76,8 @@ def wheelhouse(inventory: InventoryOpt,
         raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")
     site = open_site(inventory, vault_password_file)
     recipes = sorted({Recipe(h.config.vllm_accelerator or "cuda", h.config.vllm_version,
-                             h.config.lmcache_version, python, glibc)
+                             h.config.lmcache_version, python, glibc,
+                             nixl=h.config.lmcache_mode == "nixl")
                       for h in site.group("vllm")}, key=lambda r: r.name)
     if not recipes:
         console.print("no vllm hosts in the inventory: nothing to download")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,9 +15,14 @@ from deploy_kit.console import console
 from deploy_kit.errors import VerifyFailed
 
 
+class RoundTripStore(StrEnum):
+    s3 = "s3"
+    nixl = "nixl"
+
+
 def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | None,
             as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
-            roundtrip: bool = False) -> None:
+            roundtrip: bool = False, roundtrip_store: str | None = None) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
     from deploy_kit.verify import report
@@ -31,12 +37,12 @@ def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | N
     with console.status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
         observation = gather(site)
     findings = evaluate(observation, only)
-    if roundtrip:
+    if roundtrip or roundtrip_store:
         from deploy_kit.lab.roundtrip_driver import run_in_lab_netns
         from deploy_kit.roundtrip import roundtrip as run_roundtrip
 
         with console.status("LMCache round trip between two serving hosts…"):
-            findings += run_roundtrip(site, run_in_lab_netns)
+            findings += run_roundtrip(site, run_in_lab_netns, roundtrip_store)
     for error in observation.probe_errors:
         console.print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
@@ -58,10 +64,15 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
            limit: LimitOpt = None,
            roundtrip: Annotated[bool, typer.Option(
                "--roundtrip", help="store a KV chunk with LMCache on one serving host and "
-                                   "read it on another")] = False) -> None:
+                                   "read it on another")] = False,
+           roundtrip_store: Annotated[RoundTripStore | None, typer.Option(
+               "--roundtrip-store", help="round trip through this store with each host's "
+                                         "settings instead of the one it runs (nixl: "
+                                         "NIXL's OBJ plugin; needs lmcache[nixl] there)")
+           ] = None) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
     _verify(inventory, vault_password_file, set(check) if check else None, as_json, junit,
-            verbose, limit, roundtrip)
+            verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None)
 
 
 def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom")],

@@ -197,6 +197,14 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
                 yield Problem(src, "lmcache_nixl_buffer_size",
                               "must not be set with lmcache_nixl_buffer_device cpu",
                               "remove it (the CPU pool is max_local_cpu_size)")
+            # only an explicit 0 (nixl mode's default pool is 50 GB); lmcache 0.5.6's
+            # NixlStorageBackend raises at start without a CPU pool
+            if c.lmcache_max_local_cpu_size == 0:
+                yield Problem(_src(site, host, "lmcache_max_local_cpu_size"),
+                              "lmcache_max_local_cpu_size",
+                              "is 0, but with lmcache_nixl_buffer_device cpu NIXL stages "
+                              "every transfer in LMCache's CPU pool",
+                              "give it the staging size in GB, e.g. 5")
             continue
         try:
             layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
@@ -636,7 +644,9 @@ def accelerator_supported(site: Site) -> Iterator[Problem]:
                           hosts=(host.name,))
         if c.lmcache_topology == "server" and c.lmcache_mode == "nixl":
             yield Problem(_src(site, host, "lmcache_mode"), "lmcache_mode",
-                          "the LMCache server has no NIXL L2 adapter",
+                          "the LMCache server's NIXL L2 adapter keeps OBJ objects under "
+                          "per-process pool keys (lmcache 0.5.6 nixl_store_l2_adapter.py): "
+                          "no other host or restart finds them",
                           "use lmcache_mode s3 with lmcache_topology server", hosts=(host.name,))
         multiple = (table.block_size_multiple or {}).get(c.vllm_accelerator)
         if multiple and c.vllm_block_size is not None and c.vllm_block_size % multiple:

@@ -18,10 +18,20 @@ def lab_venv(version: str) -> Path:
     return CACHE_DIR / f"lmcache-venv-{version}"
 
 
+def _venv_for(host: Host) -> Path:
+    # the lab's hosts run the S3 path and carry no NIXL: a NIXL round trip runs from the
+    # controller's NIXL venv (deploy_kit.lab.nixl_venv), from inside the host's namespace
+    if host.config.lmcache_mode == "nixl":
+        from deploy_kit.lab.nixl_venv import ready_nixl_venv
+
+        return ready_nixl_venv() or Path("/nonexistent")
+    return lab_venv(host.config.lmcache_version)
+
+
 def run_in_lab_netns(host: Host, deployed: HostFiles, env: dict[str, str], driver: str,
                      args: list[str]) -> str | None:
     """The driver's output, or None where the host is no lab host (then SSH is used)."""
-    venv = lab_venv(host.config.lmcache_version)
+    venv = _venv_for(host)
     netns = f"dklab-{host.name}"
     if not (Path(f"/run/netns/{netns}").exists() and (venv / "bin" / "python").exists()):
         return None

@@ -9,6 +9,7 @@ import yaml
 from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.render.names import HEADER, endpoint_url, remote_url
+from deploy_kit.render.tls import SYSTEM_BUNDLE
 from deploy_kit.sizing import local_cpu, max_local_cpu_gb
 
 
@@ -35,8 +36,17 @@ def _nixl_extra(c: HostConfig) -> dict[str, Any]:
         "scheme": "https" if c.deploykit_s3_tls else "http",
         "region": c.deploykit_s3_region,
         "bucket": c.deploykit_s3_bucket,
+        # checksums only where S3 requires them, both ways, as in the AWS profile
+        # (nixl src/utils/object/s3/utils.h: "required" -> WHEN_REQUIRED)
         "req_checksum": "required",
+        "resp_checksum": "required",
     }
+    if c.deploykit_s3_tls:
+        # nixl-cu12/cu13 1.5.1 bundle a libcurl built on manylinux_2_28 whose default CA file
+        # is /etc/pki/tls/certs/ca-bundle.crt (strings libcurl-*.so.4.8.0): absent on Debian
+        # and Ubuntu, so every https request fails without an explicit bundle. This is the
+        # system store deploykit adds its CA to.
+        params["ca_bundle"] = SYSTEM_BUNDLE
     return {"enable_nixl_storage": True, "nixl_backend": c.lmcache_nixl_backend,
             "nixl_pool_size": c.lmcache_nixl_pool_size, "nixl_backend_params": params}
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render import names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
@@ -33,6 +34,18 @@ SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
 SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key",
                          *MODEL_SECRET_KEYS})
+
+
+def lmcache_packages(c: HostConfig) -> list[str]:
+    """What the lmcache role pip-installs: `nixl` mode adds the extra and the pinned NIXL
+    (compat.yaml `nixl_packages`: an unpinned extra backtracks to a release pip can meet)."""
+    if c.lmcache_mode != "nixl":
+        return [f"lmcache=={c.lmcache_version}"]
+    try:
+        pins = list(compat.lmcache(c.lmcache_version).nixl_packages)
+    except ValueError:
+        pins = []
+    return [f"lmcache[nixl]=={c.lmcache_version}", *pins]
 
 
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
@@ -57,8 +70,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "wheelhouse_required": table.needs_wheelhouse(accelerator),
         "vllm_groups": table.groups_for(accelerator),
         "system_packages": (table.system_packages or {}).get(accelerator, []),
-        "lmcache_package": f"lmcache[nixl]=={c.lmcache_version}" if c.lmcache_mode == "nixl"
-        else f"lmcache=={c.lmcache_version}",  # the `nixl` extra: nixl>=1.3.0 (0.5.6 wheel)
+        "lmcache_packages": lmcache_packages(c),
         "vllm_secret_env": secret_env_path(host) if c.vllm_api_key is not None else None,
         "haproxy_stats_env": HAPROXY_STATS_ENV_PATH,
         "has_vllm_api_key": c.vllm_api_key is not None,

@@ -85,6 +85,15 @@ def test_recipes_pypi_cannot_serve_are_refused(tmp_path: Path, accelerator: str,
 def test_recipe_names_its_directory() -> None:
     assert Recipe("cpu", "0.32.0", "0.5.6", "3.11").name == \
         "cpu-vllm-0.32.0-lmcache-0.5.6-py311"
+    assert Recipe("cuda", "0.33.0", "0.5.6", "3.11", nixl=True).name == \
+        "cuda-vllm-0.33.0-lmcache-0.5.6-nixl-py311"
+
+
+def test_nixl_recipes_take_the_extra_and_the_pinned_nixl(tmp_path: Path) -> None:
+    resolve, _ = requirements(Recipe("cuda", "0.33.0", "0.5.6", "3.11", nixl=True), tmp_path)
+    assert resolve == ["vllm==0.33.0", "lmcache[nixl]==0.5.6", "nixl==1.5.1", "boto3"]
+    with pytest.raises(WheelhouseError, match="no NIXL storage backend"):
+        requirements(Recipe("cuda", "0.33.0", "0.3.10", "3.11", nixl=True), tmp_path)
 
 
 def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""lmcache_mode nixl: the OBJ parameters rendered for NIXL 1.5 (checksums, the CA bundle its
+bundled curl cannot find by itself), what gets installed, and how the round trip judges
+NIXL's object names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import yaml
+
+from deploy_kit.config.open import open_site
+from deploy_kit.config.site import Host
+from deploy_kit.render.files import render_site
+from deploy_kit.render.rundir import lmcache_packages
+from deploy_kit.render.tls import SYSTEM_BUNDLE
+from deploy_kit.roundtrip import RoundTripError, _as_store, _names_finding, nixl_object_name
+from deploy_kit.roundtrip import roundtrip as run_roundtrip
+from deploy_kit.verify.model import Status
+from tests.conftest import InventoryFactory
+
+NIXL = {"lmcache_mode": "nixl"}
+TLS = {"deploykit_s3_tls": True, "deploykit_s3_port": 443, "deploykit_s3_fqdn": "s3.t.test"}
+
+
+def _params(make_inventory: InventoryFactory, **all_vars: Any) -> dict[str, str]:
+    tree = render_site(open_site(str(make_inventory(all=all_vars, vllm=NIXL))))
+    lm = yaml.safe_load(tree["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
+    assert lm["extra_config"]["enable_nixl_storage"] is True
+    assert lm["extra_config"]["nixl_pool_size"] == 0  # dynamic: content-addressed objects
+    params: dict[str, str] = lm["extra_config"]["nixl_backend_params"]
+    assert all(isinstance(v, str) for v in params.values())  # NIXL's map is string-valued
+    return params
+
+
+def test_plain_http_params_ask_checksums_only_where_required(
+        make_inventory: InventoryFactory) -> None:
+    params = _params(make_inventory)
+    assert params["scheme"] == "http" and params["endpoint_override"].startswith("http://")
+    assert params["req_checksum"] == params["resp_checksum"] == "required"
+    assert "ca_bundle" not in params
+
+
+def test_tls_params_name_the_system_bundle(make_inventory: InventoryFactory) -> None:
+    params = _params(make_inventory, **TLS)
+    assert params["endpoint_override"] == "https://s3.t.test" and params["scheme"] == "https"
+    assert params["ca_bundle"] == SYSTEM_BUNDLE == "/etc/ssl/certs/ca-certificates.crt"
+
+
+def test_nixl_hosts_install_the_extra_and_the_pinned_nixl(
+        make_inventory: InventoryFactory) -> None:
+    site = open_site(str(make_inventory(vllm=NIXL)))
+    assert lmcache_packages(site.hosts["gpu1"].config) == ["lmcache[nixl]==0.5.6",
+                                                           "nixl==1.5.1"]
+    plain = open_site(str(make_inventory(vllm={})))
+    assert lmcache_packages(plain.hosts["gpu1"].config) == ["lmcache==0.5.6"]
+
+
+def _host(make_inventory: InventoryFactory, **vllm: Any) -> Host:
+    return open_site(str(make_inventory(vllm=vllm))).hosts["gpu1"]
+
+
+def _key(model: str, n: int) -> str:
+    return f"{model}@1@0@{n:x}@bfloat16"
+
+
+def test_nixl_object_names_follow_lmcache_and_a_wrong_name_fails(
+        make_inventory: InventoryFactory) -> None:
+    host = _host(make_inventory, **NIXL)
+    keys = [_key(host.config.vllm_model, n) for n in (0xabc, 0xdef)]
+    good = {"keys": keys, "objects": [nixl_object_name(k) for k in keys]}
+    finding = _names_finding(host, good)
+    assert finding.status is Status.PASS
+    assert "/" not in good["objects"][0] and "@" not in good["objects"][0]
+    assert good["objects"][0] == quote(keys[0].replace("/", "_").replace("@", "_"), safe="")
+    slash = {"keys": keys, "objects": [k.replace("@", "_") for k in keys]}  # '/' kept
+    assert _names_finding(host, slash).status is Status.FAIL
+    assert _names_finding(host, {"keys": [], "objects": []}).status is Status.FAIL
+
+
+def test_s3_object_names_keep_the_key_layout(make_inventory: InventoryFactory) -> None:
+    host = _host(make_inventory)
+    keys = [_key(host.config.vllm_model, 7)]
+    assert _names_finding(host, {"keys": keys}).status is Status.PASS
+    assert _names_finding(host, {"keys": ["other@1@0@7@bfloat16"]}).status is Status.FAIL
+
+
+def test_a_forced_store_changes_only_the_mode(make_inventory: InventoryFactory) -> None:
+    host = _host(make_inventory)
+    forced = _as_store(host, "nixl")
+    assert forced.config.lmcache_mode == "nixl" and host.config.lmcache_mode == "s3"
+    assert replace(forced, config=host.config) == host
+    assert _as_store(host, None) is host and _as_store(host, "s3") is host
+
+
+def test_an_unknown_store_is_refused_before_any_host(make_inventory: InventoryFactory) -> None:
+    site = open_site(str(make_inventory()))
+    with pytest.raises(RoundTripError, match="no round trip for store 'dram'"):
+        run_roundtrip(site, store="dram")
