@@ -166,7 +166,7 @@ def roundtrip(site: Site, local: LocalDriver | None = None,
     findings = []
     identical = fetched.get("identical", [])
     hits = int(str(fetched.get("hits", 0)))
-    written = stored.get("exists", [])
+    written = sum(bool(w) for w in stored.get("exists", []))  # type: ignore[attr-defined]
     if hits == len(keys) and keys and all(identical):  # type: ignore[arg-type]
         findings.append(Finding(
             "lmcache-roundtrip", Status.PASS, f"{a.name} → {b.name}",
@@ -175,8 +175,10 @@ def roundtrip(site: Site, local: LocalDriver | None = None,
     else:
         findings.append(Finding(
             "lmcache-roundtrip", Status.FAIL, f"{a.name} → {b.name}",
-            f"{a.name} wrote {written}; {b.name} hit {hits}/{len(keys)}, identical {identical}",
-            "run `deploykit verify` for the cause (seed, credentials, DNS, region)"))
+            f"{a.name} stored {written}/{len(keys)} (LMCache only logs a failed put); "
+            f"{b.name} hit {hits}/{len(keys)}, "
+            f"identical {identical}",
+            "run `deploykit verify` for the cause (seed, credentials, DNS, region, TLS trust)"))
     findings.append(_names_finding(a, stored))
     missed = int(str(other.get("hits", 0))) == 0
     findings.append(Finding(

@@ -41,6 +41,9 @@ def main() -> None:
 
     config = LMCacheEngineConfig.from_file(os.environ["LMCACHE_CONFIG_FILE"])
     config.validate()
+    # the CPU pool NIXL stages in only holds this run's chunks: never allocate the host's
+    # production size (50 GB by default in nixl mode) beside a running vLLM
+    config.max_local_cpu_size = min(config.max_local_cpu_size, 1.0)
     metadata = LMCacheMetadata(
         model_name=model, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
         kv_dtype=torch.bfloat16, kv_shape=(layers, 2, config.chunk_size, heads, head_dim),

@@ -19,6 +19,7 @@ from tests.conftest import REPO
 
 LAB_KEY = "/var/lib/deploykit-lab/ssh/id_ed25519"
 CEPH_CONF = "/var/lib/deploykit-lab/ceph/ceph.conf"
+LAB_RUNS = REPO / "runs" / "lab-suite"  # every run the lab suite starts, and only those
 
 
 @dataclass
@@ -27,8 +28,11 @@ class Lab:
     runs: list[dict] = field(default_factory=list)  # summary.json of each run
 
     def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        # the suite's runs get their own root: a unit test writing runs/ in the same checkout
+        # at the same time must not pass for this converge's run
         result = subprocess.run([sys.executable, "-m", "deploy_kit", *args], cwd=REPO,
-                                capture_output=True, text=True, timeout=1800)
+                                capture_output=True, text=True, timeout=1800,
+                                env={**os.environ, "DEPLOYKIT_RUNS_DIR": str(LAB_RUNS)})
         self.outputs.append(result.stdout + result.stderr)
         if check:
             assert result.returncode == 0, result.stdout + result.stderr
@@ -53,7 +57,7 @@ class Lab:
 
 
 def runs_dirs() -> list[Path]:
-    root = REPO / "runs"
+    root = LAB_RUNS
     return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 

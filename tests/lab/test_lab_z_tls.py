@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from deploy_kit.lab.image import ensure_lmcache_venv
+from deploy_kit.lab.nixl_venv import ensure_nixl_venv
 from tests.conftest import REPO
 from tests.lab.conftest import Lab, runs_dirs, s3_round_trip
 
@@ -93,3 +94,17 @@ def test_verify_and_lmcache_round_trip_over_tls(tls_lab: tuple[Lab, dict]) -> No
     assert trips and all(f["status"] == "pass" for f in trips), trips
     trip = next(f for f in findings if f["check"] == "lmcache-roundtrip")
     assert trip["status"] == "pass" and "byte-identical" in trip["message"], trip
+
+
+def test_nixl_obj_round_trip_over_tls(tls_lab: tuple[Lab, dict]) -> None:
+    """NIXL's OBJ plugin over https with the rendered ca_bundle (the serving host's system
+    store, where deploykit put the site CA): NIXL's bundled curl has no CA file of its own
+    on Debian."""
+    lab, _ = tls_lab
+    ensure_nixl_venv()
+    result = lab.deploykit("verify", "--inventory", "lab", "--roundtrip-store", "nixl",
+                           "--json", "--check", "s3-tls-certificate")
+    findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    trip = findings["lmcache-roundtrip"]
+    assert trip["status"] == "pass" and "hit 2/2, byte-identical" in trip["message"], trip
+    assert "NIXL OBJ at https://s3.lab.test/lmcache" in trip["message"]

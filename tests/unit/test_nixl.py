@@ -4,6 +4,7 @@ NIXL's object names."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
@@ -53,7 +54,7 @@ def test_nixl_hosts_install_the_extra_and_the_pinned_nixl(
         make_inventory: InventoryFactory) -> None:
     site = open_site(str(make_inventory(vllm=NIXL)))
     assert lmcache_packages(site.hosts["gpu1"].config) == ["lmcache[nixl]==0.5.6",
-                                                           "nixl==1.5.1"]
+                                                           "nixl==1.4.1"]
     plain = open_site(str(make_inventory(vllm={})))
     assert lmcache_packages(plain.hosts["gpu1"].config) == ["lmcache==0.5.6"]
 
@@ -99,3 +100,46 @@ def test_an_unknown_store_is_refused_before_any_host(make_inventory: InventoryFa
     site = open_site(str(make_inventory()))
     with pytest.raises(RoundTripError, match="no round trip for store 'dram'"):
         run_roundtrip(site, store="dram")
+
+
+def _fake_driver(stored: int, hits: int) -> tuple[list[str], Any]:
+    """A LocalDriver that answers like the NIXL driver, and records which driver ran."""
+    ran: list[str] = []
+
+    def driver(host: Host, deployed: Any, env: dict[str, str], text: str,
+               args: list[str]) -> str:
+        ran.append(f"{host.name}:{args[0]}:{'NixlStorageBackend' in text}:"
+                   f"{env.get('PYTHONHASHSEED', '-')}")
+        keys = [_key(host.config.vllm_model, n) for n in (1, 2)]
+        if args[0] == "store":
+            result: dict[str, Any] = {"keys": keys, "exists": [i < stored for i in range(2)],
+                                      "objects": [nixl_object_name(k) for k in keys],
+                                      "chunk_bytes": 2097152}
+        elif "PYTHONHASHSEED" in env:  # another seed: other keys, no hits
+            result = {"keys": keys, "hits": 0, "identical": []}
+        else:
+            result = {"keys": keys, "hits": hits, "identical": [True] * hits}
+        return "NIXL INFO noise\n" + json.dumps(result)
+
+    return ran, driver
+
+
+@pytest.mark.parametrize(("stored", "hits", "status", "text"), [
+    (2, 2, Status.PASS, "through NIXL OBJ at http://"),
+    (0, 0, Status.FAIL, "stored 0/2 (LMCache only logs a failed put); gpu2 hit 0/2"),
+    (2, 1, Status.FAIL, "gpu2 hit 1/2")])
+def test_forced_nixl_round_trip_runs_the_nixl_driver_and_judges_it(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch, stored: int,
+        hits: int, status: Status, text: str) -> None:
+    import deploy_kit.roundtrip as rt
+
+    site = open_site(str(make_inventory()))  # two serving hosts: gpu1, gpu2
+    monkeypatch.setattr(rt, "_read", lambda host, render=False: rt.HostFiles(
+        env={}, files={}, resolv=""))
+    ran, driver = _fake_driver(stored, hits)
+    findings = {f.check: f for f in run_roundtrip(site, driver, store="nixl")}
+    trip = findings["lmcache-roundtrip"]
+    assert trip.status is status and text in trip.message, trip.message
+    seed = site.hosts["gpu2"].config.vllm_python_hash_seed
+    assert ran == ["gpu1:store:True:-", "gpu2:fetch:True:-", f"gpu2:fetch:True:{seed + 1}"]
+    assert findings["lmcache-seed-mismatch"].status is Status.PASS
