@@ -28,6 +28,13 @@ from deploy_kit.verify.model import Finding, Status
 
 DRIVERS = {"s3": "tools/lmcache_roundtrip.py", "nixl": "tools/lmcache_nixl_roundtrip.py"}
 TOKENS = 512  # two 256-token chunks
+# what a driver's output says, and what it means for the operator
+DRIVER_FAILURES = (
+    ("No module named 'nixl'", "NIXL is not installed in the host's venv (lmcache_mode nixl "
+                               "installs lmcache[nixl] and the pinned nixl)"),
+    ("NIXL_ERR_NOT_FOUND", "NIXL could not create its OBJ backend: the plugin did not load "
+                           "(nixl-cu13 1.5.x needs libcuobjclient.so.1; pin nixl 1.4.1)"),
+)
 
 
 class RoundTripError(DeployKitError):
@@ -94,8 +101,9 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
                               f"{shlex.join(args)}; rm -f /tmp/dk-roundtrip.py", timeout=600)
     lines = [ln for ln in output.splitlines() if ln.startswith("{")]
     if not lines:
-        raise RoundTripError(f"{host.name}: the LMCache driver printed no result",
-                             hint=output[-500:])
+        known = next((why for text, why in DRIVER_FAILURES if text in output), None)
+        raise RoundTripError(f"{host.name}: the LMCache driver printed no result"
+                             + (f": {known}" if known else ""), hint=output[-500:])
     result: dict[str, object] = json.loads(lines[-1])
     return result
 

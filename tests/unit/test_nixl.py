@@ -143,3 +143,16 @@ def test_forced_nixl_round_trip_runs_the_nixl_driver_and_judges_it(
     seed = site.hosts["gpu2"].config.vllm_python_hash_seed
     assert ran == ["gpu1:store:True:-", "gpu2:fetch:True:-", f"gpu2:fetch:True:{seed + 1}"]
     assert findings["lmcache-seed-mismatch"].status is Status.PASS
+
+
+def test_a_driver_that_cannot_load_the_obj_plugin_says_why(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    import deploy_kit.roundtrip as rt
+
+    site = open_site(str(make_inventory()))
+    monkeypatch.setattr(rt, "_read", lambda host, render=False: rt.HostFiles(
+        env={}, files={}, resolv=""))
+    log = ("E1203 nixl_agent.cpp:334] createBackend: unsupported backend 'OBJ'\n"
+           "nixl_cu13._bindings.nixlNotFoundError: NIXL_ERR_NOT_FOUND\n")
+    with pytest.raises(RoundTripError, match=r"libcuobjclient\.so\.1; pin nixl 1\.4\.1"):
+        run_roundtrip(site, lambda *_: log, store="nixl")
