@@ -4,14 +4,15 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DK     := $(BIN)/deploykit
 
-.PHONY: install test unit lab-test lint golden lab lab-down bench clean plan-example dist ee-context
+.PHONY: install test test-lab unit lint golden lab lab-down bench clean plan-example dist ee-context \
+        lab-prefetch-background
 
 install: $(DK)
 
-$(DK): pyproject.toml
+$(DK): pyproject.toml deploykit-lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./deploykit-lab
 	touch $@
 
 ## The main job on the built-in local lab (root): lab up, converge, verify.
@@ -23,15 +24,30 @@ lab: install
 lab-down: install
 	$(DK) lab down
 
-## Everything CI runs: lint, type checks, unit tests, then the lab suite (root).
-test: install lint
-	$(BIN)/pytest tests
+## Tier 1, what CI runs: lint, unit, checks, loopback integration, and one lab session
+## (tests/lab/core: the serving profile). The lab's downloads and Go builds start first, in
+## the background, beside lint and the unit tests (root only; without root the lab skips).
+test: install lab-prefetch-background lint
+	$(BIN)/pytest tests/unit tests/checks tests/integration tests/lab/core
+
+## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
+test-lab: install
+	rm -f runs/lab-prefetch.*
+	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/secured tests/lab/ansible \
+	  tests/lab/failover
+
+lab-prefetch-background: install
+	@if [ "$$(id -u)" = 0 ]; then \
+	  mkdir -p runs && rm -f runs/lab-prefetch.*; \
+	  ( $(DK) lab prefetch > runs/lab-prefetch.log 2>&1; echo $$? > runs/lab-prefetch.rc ) \
+	    < /dev/null & echo $$! > runs/lab-prefetch.pid; \
+	  echo "lab prefetch started in the background (runs/lab-prefetch.log)"; fi
 
 unit: install
 	$(BIN)/pytest tests/unit
 
 lint: install
-	$(BIN)/ruff check deploy_kit tests bench plugins tools
+	$(BIN)/ruff check deploy_kit deploykit-lab tests bench plugins tools
 	$(BIN)/mypy
 	ANSIBLE_CONFIG=ansible.cfg $(BIN)/ansible-lint -q roles playbooks
 
@@ -43,6 +59,7 @@ bench: install
 	$(BIN)/python bench/lab.py
 	$(BIN)/python bench/rerun.py
 	$(DK) bench storage --inventory lab
+	$(DK) bench ttft --inventory lab --lengths 4096 --repeats 3
 
 ## The wheel (roles, playbooks, templates inside) and the Ansible collection, in dist/.
 dist: install

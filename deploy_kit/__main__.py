@@ -1,3 +1,3 @@
 from deploy_kit.cli.app import main
 
-main()
+raise SystemExit(main())

@@ -1,10 +1,46 @@
-"""The one rich console for humans (stderr); stdout is kept for machine output (--json)."""
+"""The one rich console for humans (stderr); stdout is kept for machine output (--json).
+
+`console()` and `stdout()` are what the commands write to: the process's own streams, or,
+for the duration of one `deploy_kit.cli.app.main(argv, env)` call, that call's
+`Environment` (see `bound`).
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
 from rich.console import Console
 
-console = Console(stderr=True, highlight=False)
+_default: Console | None = None
+_bound: list[tuple[Console, TextIO]] = []  # innermost binding last
+
+
+def console() -> Console:
+    """The console of the running command: stderr, no highlighting of numbers and paths."""
+    global _default
+    if _bound:
+        return _bound[-1][0]
+    if _default is None:  # created on first use, as the module-level console was on import
+        _default = Console(stderr=True, highlight=False)
+    return _default
+
+
+def stdout() -> TextIO:
+    """Where machine output (--json, --print-command) goes."""
+    return _bound[-1][1] if _bound else sys.stdout
+
+
+@contextmanager
+def bound(rich_console: Console, out: TextIO) -> Iterator[Console]:
+    """console() and stdout() answer `rich_console` and `out` inside the block."""
+    _bound.append((rich_console, out))
+    try:
+        yield rich_console
+    finally:
+        _bound.pop()
 
 
 def human_bytes(n: float) -> str:

@@ -9,9 +9,10 @@ import sys
 
 import typer
 
-from deploy_kit import __version__
-from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, lab_cmds, site_cmds, verify_cmds
-from deploy_kit.console import console
+from deploy_kit import __version__, plugins
+from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, site_cmds, verify_cmds
+from deploy_kit.cli.environment import Environment
+from deploy_kit.console import console, stdout
 from deploy_kit.errors import DeployKitError, InventoryError
 from deploy_kit.exit_codes import ExitCode
 
@@ -26,52 +27,69 @@ for verb in (site_cmds.plan, site_cmds.render, site_cmds.validate, converge_cmds
     app.command()(verb)
 app.add_typer(cache_cmds.cache_app, name="cache")
 app.add_typer(bench_cmds.bench_app, name="bench")
-app.add_typer(lab_cmds.lab_app, name="lab")
+# optional verbs from other distributions (`deploykit lab`: pip install -e ./deploykit-lab)
+for name, plugin_app in plugins.verbs().items():
+    app.add_typer(plugin_app, name=name)
 
 
 @app.command()
 def version() -> None:
     """Print deploykit's version."""
-    sys.stdout.write(f"deploykit {__version__}\n")
+    stdout().write(f"deploykit {__version__}\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the Typer app and turn deploykit errors into documented exit codes."""
-    debug = "--debug" in (argv if argv is not None else sys.argv)
-    args = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--debug"]
+def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    """Run one command and return its exit code (the ExitCode values in the help above).
+
+    `argv` defaults to sys.argv[1:], `env` to this process's streams and variables; the
+    installed `deploykit` script exits with the returned code. Tests pass their own
+    Environment to run a command in process and read what it wrote."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
+    env = env or Environment()
+    with env.active():
+        return _run(args, debug, env)
+
+
+def _run(args: list[str], debug: bool, env: Environment) -> int:
+    """The app, with every exception turned into its documented exit code."""
     try:
         rc = app(args=args, standalone_mode=False)
-        if isinstance(rc, int) and rc:  # typer.Exit(code) comes back as the return value
-            raise SystemExit(rc)
+        # typer.Exit(code) comes back as the return value
+        return rc if isinstance(rc, int) else ExitCode.OK
     except InventoryError as exc:
         for problem in exc.problems:
-            console.print(str(problem), markup=False, soft_wrap=True)
-        console.print(f"[red]{len(exc.problems)} problem(s) in the inventory; "
-                      "no host was contacted.[/]")
-        raise SystemExit(exc.exit_code) from None
+            console().print(str(problem), markup=False, soft_wrap=True)
+        console().print(f"[red]{len(exc.problems)} problem(s) in the inventory; "
+                        "no host was contacted.[/]")
+        return exc.exit_code
     except DeployKitError as exc:
-        console.print(f"[red]error:[/] {exc.message}", markup=True)
+        console().print(f"[red]error:[/] {exc.message}", markup=True)
         if exc.hint:
-            console.print(f"hint: {exc.hint}")
+            console().print(f"hint: {exc.hint}")
         if debug:
-            console.print_exception()
-        raise SystemExit(exc.exit_code) from None
+            console().print_exception()
+        return exc.exit_code
     except KeyboardInterrupt:
-        raise SystemExit(ExitCode.INTERRUPTED) from None
+        return ExitCode.INTERRUPTED
     except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
-    except SystemExit:
-        raise
+        return int(exc.exit_code)
+    except SystemExit as exc:  # sys.exit() somewhere below: the status Python would exit with
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or ExitCode.OK
+        env.stderr.write(f"{exc.code}\n")
+        return ExitCode.INTERNAL_ERROR
     except Exception as exc:
         # Typer vendors Click; its usage errors carry show() and their own exit code.
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
-            exc.show()
-            raise SystemExit(ExitCode.USAGE) from None
+            exc.show(file=env.stderr)
+            return ExitCode.USAGE
         if type(exc).__name__ == "Abort":
-            raise SystemExit(ExitCode.INTERRUPTED) from None
-        console.print(f"[red]internal error:[/] {exc.__class__.__name__}: {exc}")
+            return ExitCode.INTERRUPTED
+        console().print(f"[red]internal error:[/] {exc.__class__.__name__}: {exc}")
         if debug:
-            console.print_exception()
+            console().print_exception()
         else:
-            console.print("run again with --debug for the traceback")
-        raise SystemExit(ExitCode.INTERNAL_ERROR) from None
+            console().print("run again with --debug for the traceback")
+        return ExitCode.INTERNAL_ERROR

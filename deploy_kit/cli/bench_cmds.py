@@ -25,11 +25,11 @@ def bench_storage(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
 
     sweep = [int(t) for t in threads.split(",") if t.strip()]
-    with console.status("measuring S3 through the name…"):
+    with console().status("measuring S3 through the name…"):
         result = run(open_site(inventory, vault_password_file), sweep, objects, out)
     for line in describe(result):
-        console.print(line, markup=False, soft_wrap=True)
-    console.print(f"wrote {', '.join(result['files'])}")
+        console().print(line, markup=False, soft_wrap=True)
+    console().print(f"wrote {', '.join(result['files'])}")
 
 
 @bench_app.command("ttft")
@@ -51,10 +51,10 @@ def bench_ttft(inventory: InventoryOpt,
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
     site = open_site(inventory, vault_password_file)
-    with console.status("TTFT protocol…") as status:
+    with console().status("TTFT protocol…") as status:
         doc = ttft.run(site, inventory, sweep, repeats, out, max_tokens, allow_single_host,
                        log=lambda line: status.update(line))
-    console.print(ttft_report.table(doc))
+    console().print(ttft_report.table(doc))
     for note in doc["notes"]:
-        console.print(f"note: {note}", markup=False)
-    console.print(f"wrote {', '.join(doc['files'])}")
+        console().print(f"note: {note}", markup=False)
+    console().print(f"wrote {', '.join(doc['files'])}")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from deploy_kit.cli.options import InventoryOpt, ModelOpt, VaultOpt
-from deploy_kit.console import console
+from deploy_kit.console import console, stdout
 from deploy_kit.errors import DeployKitError
 
 cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
@@ -32,7 +32,7 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
              "oldest": g.oldest.isoformat() if g.oldest else None,
              "newest": g.newest.isoformat() if g.newest else None} for g in groups]
     if as_json:
-        sys.stdout.write(json.dumps({"groups": rows, "other_objects": len(foreign)}, indent=2)
+        stdout().write(json.dumps({"groups": rows, "other_objects": len(foreign)}, indent=2)
                          + "\n")
         return
     from rich.table import Table
@@ -44,9 +44,9 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
         table.add_row(str(r["model"]), str(r["world_size"]), str(r["dtype"]), str(r["objects"]),
                       str(r["chunks"]), human_bytes(int(str(r["bytes"]))),
                       str(r["oldest"])[:19], str(r["newest"])[:19])
-    console.print(table)
+    console().print(table)
     if foreign:
-        console.print(f"{len(foreign)} object(s) not named like LMCache chunks")
+        console().print(f"{len(foreign)} object(s) not named like LMCache chunks")
 
 
 @cache_app.command("purge")
@@ -62,7 +62,7 @@ def cache_purge(inventory: InventoryOpt,
     bucket = open_bucket(open_site(inventory, vault_password_file))
     objects = list_objects(bucket, model_prefix(model))
     if not objects:
-        console.print(f"no cache objects for {model}")
+        console().print(f"no cache objects for {model}")
         return
     total = sum(o.size for o in objects)
     if not yes:
@@ -71,6 +71,6 @@ def cache_purge(inventory: InventoryOpt,
                                      param_hint="--yes")
         typer.confirm(f"delete {len(objects)} objects ({total:,} B) of {model}?", abort=True)
     deleted = delete_objects(bucket, [o.key for o in objects])
-    console.print(f"deleted {deleted} of {len(objects)} objects of {model}")
+    console().print(f"deleted {deleted} of {len(objects)} objects of {model}")
     if deleted != len(objects):
         raise DeployKitError(f"{len(objects) - deleted} objects could not be deleted")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from deploy_kit.cli.options import (
     VerboseOpt,
 )
 from deploy_kit.config.site import Site
-from deploy_kit.console import console
+from deploy_kit.console import console, stdout
 
 
 def playbook_vars(site: Site, rendered: Path) -> dict[str, object]:
@@ -70,13 +69,13 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
     # first in the list: a later -e from the command line still wins
     request = replace(request, extra_vars_files=(run_vars, *request.extra_vars_files))
     if options.print_command:
-        sys.stdout.write(printable(request) + "\n")
+        stdout().write(printable(request) + "\n")
         return
-    console.print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
-                  + (" [yellow]check mode[/]" if options.check else ""))
-    record, record_dir, rc = run_with_runner(request, console, record_dir)
-    show_record(record, console)
-    console.print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
+    console().print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
+                    + (" [yellow]check mode[/]" if options.check else ""))
+    record, record_dir, rc = run_with_runner(request, console(), record_dir)
+    show_record(record, console())
+    console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
 
 
@@ -88,8 +87,8 @@ def issue_tls(site: Site) -> None:
 
     for issued in ensure_site_tls(site):
         if issued.action == "issued":
-            console.print(f"TLS: issued the certificate of {issued.host} (valid until "
-                          f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
+            console().print(f"TLS: issued the certificate of {issued.host} (valid until "
+                            f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
 
 
 def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from deploy_kit.cli.options import InventoryOpt, VaultOpt
-from deploy_kit.console import console
+from deploy_kit.console import console, stdout
 
 
 def plan(inventory: InventoryOpt,
@@ -23,9 +22,9 @@ def plan(inventory: InventoryOpt,
 
     result = build_plan(open_site(inventory, vault_password_file))
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        stdout().write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        show_plan(result, console)
+        show_plan(result, console())
 
 
 def render(inventory: InventoryOpt,
@@ -46,10 +45,10 @@ def render(inventory: InventoryOpt,
         issue_tls(site)
     tree = role_tree(site) if for_roles else with_settings(site, render_site(site))
     count = write_tree(tree, out)
-    console.print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
+    console().print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
     if site.secrets_locked and not for_roles:
-        console.print("[yellow]note:[/] vault is encrypted and no password was given: "
-                      "credentials files hold <vault:…> markers")
+        console().print("[yellow]note:[/] vault is encrypted and no password was given: "
+                        "credentials files hold <vault:…> markers")
 
 
 def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
@@ -57,7 +56,7 @@ def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> N
     from deploy_kit.config.open import open_site
 
     site = open_site(inventory, vault_password_file)
-    console.print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
+    console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
 
 
 def wheelhouse(inventory: InventoryOpt,
@@ -80,10 +79,10 @@ def wheelhouse(inventory: InventoryOpt,
                              nixl=h.config.lmcache_mode == "nixl")
                       for h in site.group("vllm")}, key=lambda r: r.name)
     if not recipes:
-        console.print("no vllm hosts in the inventory: nothing to download")
+        console().print("no vllm hosts in the inventory: nothing to download")
         return
     for recipe in recipes:
-        console.print(f"… {recipe.name}")
+        console().print(f"… {recipe.name}")
         target = build(recipe, out)
-        console.print(f"[green]ok[/] {target.resolve()}  (vllm_wheel_dir and "
-                      f"lmcache_wheel_dir for {recipe.accelerator} hosts)")
+        console().print(f"[green]ok[/] {target.resolve()}  (vllm_wheel_dir and "
+                        f"lmcache_wheel_dir for {recipe.accelerator} hosts)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
-from deploy_kit.console import console
+from deploy_kit.console import console, stdout
 from deploy_kit.errors import VerifyFailed
 
 
@@ -34,21 +33,21 @@ def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | N
         site = site.limit({n for n in site.hosts if n in limit.split(",")} |
                           {h.name for h in site.hosts.values()
                            if not h.groups & {"vllm"}})
-    with console.status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
+    with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
         observation = gather(site)
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
-        from deploy_kit.lab.roundtrip_driver import run_in_lab_netns
+        from deploy_kit.plugins import roundtrip_driver
         from deploy_kit.roundtrip import roundtrip as run_roundtrip
 
-        with console.status("LMCache round trip between two serving hosts…"):
-            findings += run_roundtrip(site, run_in_lab_netns, roundtrip_store)
+        with console().status("LMCache round trip between two serving hosts…"):
+            findings += run_roundtrip(site, roundtrip_driver(), roundtrip_store)
     for error in observation.probe_errors:
-        console.print(f"[yellow]probe:[/] {escape(error)}")
+        console().print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
-        sys.stdout.write(report.to_json(findings))
+        stdout().write(report.to_json(findings))
     else:
-        report.show(findings, console, verbose)
+        report.show(findings, console(), verbose)
     if junit:
         report.write_junit(findings, junit)
     if report.failed(findings):
@@ -83,11 +82,11 @@ def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom
 
     matches = diagnose(symptom)
     if not matches:
-        console.print("no known failure matches; running every check")
+        console().print("no known failure matches; running every check")
         _verify(inventory, vault_password_file, None, False, None, False, None)
         return
     ids: set[str] = set()
     for why, checks in matches:
-        console.print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
+        console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
         ids.update(checks)
     _verify(inventory, vault_password_file, ids, False, None, True, None)

@@ -93,8 +93,8 @@ def binaries() -> tuple[Path, Path]:
     from tests.tools import require_tool
 
     require_tool("go")  # both are built from the Go module proxy when not cached
-    from deploy_kit.lab.consul import ensure_consul
-    from deploy_kit.lab.coredns import ensure_coredns
+    from deploykit_lab.consul import ensure_consul
+    from deploykit_lab.coredns import ensure_coredns
 
     return ensure_consul(), ensure_coredns()
 

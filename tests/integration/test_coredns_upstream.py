@@ -31,7 +31,7 @@ from tests.integration.test_consul_dns import free_port
 
 @pytest.fixture(scope="module")
 def coredns_binary() -> Path:
-    from deploy_kit.lab.coredns import ensure_coredns
+    from deploykit_lab.coredns import ensure_coredns
     from tests.tools import require_tool
 
     require_tool("go")  # built from the Go module proxy when not cached

@@ -50,6 +50,9 @@ def test_wheel_carries_the_content_and_runs_outside_the_checkout(dist: Path,
     site = tmp_path / "site"
     with zipfile.ZipFile(dist / f"deploykit-{VERSION}-py3-none-any.whl") as wheel:
         wheel.extractall(site)
+        names = wheel.namelist()
+    # the lab harness is its own distribution (deploykit-lab/): the product wheel carries none of it
+    assert not [n for n in names if "deploykit_lab" in n or n.startswith("deploy_kit/lab/")]
     content = site / "deploy_kit" / "_content"
     for path in ("playbooks/site.yml", "templates/Corefile.j2", "ansible.cfg",
                  "collections/ansible_collections/deploykit/kvcache/roles/ceph_rgw/tasks/main.yml",
@@ -85,6 +88,7 @@ def test_collection_installs_and_its_playbook_resolves_roles_by_fqcn(dist: Path,
     installed = collections / "ansible_collections" / "deploykit" / "kvcache"
     assert (installed / "MANIFEST.json").is_file()
     assert not (installed / "deploy_kit").exists() and not (installed / "tests").exists()
+    assert not (installed / "deploykit-lab").exists()
     rendered = tmp_path / "rendered"
     run([sys.executable, "-m", "deploy_kit", "render", "--for-roles", "-i", "example", "-o",
          str(rendered)], REPO)

@@ -1,4 +1,10 @@
-"""The lab session: `deploykit lab up`, one converge, tests, then `deploykit lab down`.
+"""Lab sessions: each package under tests/lab/ is one session with one lab profile,
+`deploykit lab up --profile P` with P's settings from the start, one cold converge, its
+tests, then `deploykit lab down`. `tests/lab/core` is the one session `make test` runs;
+`make test-lab` runs the others (README "Test tiers").
+
+A package's conftest.py declares its session: `lab, converged = session_fixtures("plain")`.
+Every deploykit call and every test's duration is appended to runs/lab-suite/timings.json.
 
 Needs root; CI runs it (DEPLOYKIT_REQUIRE_TOOLS=1 makes a missing lab a failure, not a skip).
 """
@@ -9,9 +15,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,19 +28,39 @@ from tests.conftest import REPO
 LAB_KEY = "/var/lib/deploykit-lab/ssh/id_ed25519"
 CEPH_CONF = "/var/lib/deploykit-lab/ceph/ceph.conf"
 LAB_RUNS = REPO / "runs" / "lab-suite"  # every run the lab suite starts, and only those
+TIMINGS = LAB_RUNS / "timings.json"
+VAULT_PASSWORD = "/var/lib/deploykit-lab/vault-password"  # the secured profile's
+
+
+def record_timing(entry: dict[str, Any]) -> None:
+    """Append one {kind, ..., seconds} record (a deploykit call or a test) to timings.json."""
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    entries = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else []
+    entries.append({**entry, "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    TIMINGS.write_text(json.dumps(entries, indent=1) + "\n")
 
 
 @dataclass
 class Lab:
+    profile: str = "serving"
     outputs: list[str] = field(default_factory=list)  # everything deploykit printed
     runs: list[dict] = field(default_factory=list)  # summary.json of each run
 
-    def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def env(self) -> dict[str, str]:
         # the suite's runs get their own root: a unit test writing runs/ in the same checkout
         # at the same time must not pass for this converge's run
+        env = {**os.environ, "DEPLOYKIT_RUNS_DIR": str(LAB_RUNS)}
+        if self.profile == "secured":  # its Consul tokens are vaulted, as a CI rollout's are
+            env["ANSIBLE_VAULT_PASSWORD_FILE"] = VAULT_PASSWORD
+        return env
+
+    def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        start = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "deploy_kit", *args], cwd=REPO,
-                                capture_output=True, text=True, timeout=1800,
-                                env={**os.environ, "DEPLOYKIT_RUNS_DIR": str(LAB_RUNS)})
+                                capture_output=True, text=True, timeout=1800, env=self.env())
+        record_timing({"kind": "deploykit", "session": self.profile, "argv": list(args),
+                       "rc": result.returncode,
+                       "seconds": round(time.monotonic() - start, 1)})
         self.outputs.append(result.stdout + result.stderr)
         if check:
             assert result.returncode == 0, result.stdout + result.stderr
@@ -54,6 +82,22 @@ class Lab:
             stdin=None if stdin is not None else subprocess.DEVNULL)
         assert result.returncode == 0, f"{address}: {command}: {result.stderr}"
         return result.stdout
+
+
+def lab_model() -> Path:
+    """The model `lab up` chose for this CPU (deploykit_lab.model: full or small), as the
+    inventory names it: the controller path the vllm role stages from."""
+    import yaml
+
+    hosts = yaml.safe_load((REPO / "inventory" / "lab" / "hosts.yml").read_text())
+    return Path(hosts["all"]["children"]["vllm"]["vars"]["vllm_model"])
+
+
+def chunk_bytes(chunk_tokens: int = 256) -> int:
+    """Bytes of one LMCache chunk object of the lab model (bf16 KV)."""
+    from deploy_kit.geometry import bytes_per_token, from_hf_config
+
+    return chunk_tokens * bytes_per_token(from_hf_config(lab_model() / "config.json"), 2)
 
 
 def runs_dirs() -> list[Path]:
@@ -86,26 +130,71 @@ def ceph(*args: str) -> str:
                           capture_output=True, text=True, timeout=60).stdout
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[Lab]:
+def require_root() -> None:
     if os.geteuid() != 0:
         if os.environ.get("DEPLOYKIT_REQUIRE_TOOLS") == "1":
             pytest.fail("the lab tests need root")
         pytest.skip("the lab tests need root")
-    session = Lab()
-    session.deploykit("lab", "down")  # start from nothing: the first converge must do work
-    # DEPLOYKIT_LAB_SERVING=0: `lab up --no-serving` (config and units only on lab3/lab4)
-    serving = [] if os.environ.get("DEPLOYKIT_LAB_SERVING", "1") != "0" else ["--no-serving"]
-    session.deploykit("lab", "up", *serving)
+
+
+def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The `lab` and `converged` fixtures of one lab session (package scope: a package under
+    tests/lab/ is a session). `lab up --profile` writes the profile's settings before the
+    first converge; nothing in a session switches a profile on or off."""
+
+    @pytest.fixture(scope="package")
+    def lab() -> Iterator[Lab]:
+        require_root()
+        session = Lab(profile=profile)
+        session.deploykit("lab", "down")  # start from nothing: the first converge must do work
+        wait_for_prefetch()
+        session.deploykit("lab", "up", "--profile", profile)
+        try:
+            yield session
+        finally:
+            session.deploykit("lab", "down")
+
+    @pytest.fixture(scope="package")
+    def converged(lab: Lab) -> Lab:
+        first = lab.converge()
+        assert first["rc"] == 0 and not first["failed"], first["failed"]
+        assert first["changed"] > 0
+        return lab
+
+    return lab, converged
+
+
+# `make test` starts `deploykit lab prefetch` in the background before lint and unit tests
+# (tests/lab/prefetch.sh): the downloads and Go builds overlap them. Its log and exit code:
+PREFETCH_LOG = LAB_RUNS.parent / "lab-prefetch.log"
+PREFETCH_RC = LAB_RUNS.parent / "lab-prefetch.rc"
+PREFETCH_PID = LAB_RUNS.parent / "lab-prefetch.pid"
+
+
+def _prefetch_running() -> bool:
     try:
-        yield session
-    finally:
-        session.deploykit("lab", "down")
+        os.kill(int(PREFETCH_PID.read_text().split()[0]), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
 
 
-@pytest.fixture(scope="session")
-def converged(lab: Lab) -> Lab:
-    first = lab.converge()
-    assert first["rc"] == 0 and not first["failed"], first["failed"]
-    assert first["changed"] > 0
-    return lab
+def wait_for_prefetch() -> None:
+    """A prefetch still running holds the cache locks, so `lab up` would wait anyway; waiting
+    here keeps its failure (in its own log) from looking like a lab up failure."""
+    if not PREFETCH_LOG.exists():
+        return
+    deadline = time.monotonic() + 3600
+    while not PREFETCH_RC.exists() and _prefetch_running() and time.monotonic() < deadline:
+        time.sleep(2)
+    time.sleep(0.5)  # the subshell writes the exit code just after the prefetch ends
+    rc = PREFETCH_RC.read_text().strip() if PREFETCH_RC.exists() else "no exit code"
+    assert rc == "0", f"deploykit lab prefetch: {rc}; " + PREFETCH_LOG.read_text()[-3000:]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    start = time.monotonic()
+    yield
+    record_timing({"kind": "test", "test": item.nodeid,
+                   "seconds": round(time.monotonic() - start, 1)})

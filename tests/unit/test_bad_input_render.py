@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +14,12 @@ from deploy_kit.config.open import open_site
 from deploy_kit.geometry import ModelGeometry, chunk_layout
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import RenderedFile, UnsafeOutput, render_site, write_tree
+from tests.cli import Result, run_cli
 from tests.conftest import REPO, InventoryFactory
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deploy_kit", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=60)
+def run(*args: str) -> Result:
+    return run_cli(*args, cwd=REPO)
 
 
 def test_render_refuses_a_symlinked_directory_in_out(tmp_path: Path) -> None:
@@ -94,9 +92,11 @@ def test_vllm_serial_from_group_vars_reaches_plan_and_up(
     root = make_inventory(vllm={"vllm_serial": 2})
     plan = build_plan(open_site(str(root)))
     assert [s.serial for s in plan.rollout if s.phase == "vllm"] == [2]
-    result = run("up", "-i", str(root), "--print-command")
+    result = run_cli("up", "-i", str(root), "--print-command",
+                     env={"DEPLOYKIT_RUNS_DIR": str(root.parent / "runs")}, cwd=REPO)
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout)
     files = [w.removeprefix("@") for w in words if w.startswith("@")
              and w.endswith("run-vars.json")]
     assert files and json.loads(Path(files[0]).read_text())["vllm_serial"] == 2
+    assert Path(files[0]).is_relative_to(root.parent / "runs")  # the run's DEPLOYKIT_RUNS_DIR

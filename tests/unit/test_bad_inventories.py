@@ -1,13 +1,18 @@
 """A corpus of bad inventories (operator mistakes and hostile input), each a mutation of one
 small valid site. For every one, through the real CLI (`validate` and `render -o OUT`):
 exit 3, exactly one message per problem naming the file, the key and the hosts with a hint,
-no traceback, a bounded time (the subprocess timeout), nothing written anywhere (render
-refuses before writing, so not even OUT exists) and no secret echoed.
+no traceback, nothing written anywhere (render refuses before writing, so not even OUT
+exists) and no secret echoed.
+
+The CLI runs in process (tests/cli.py), except for the cases that guard against a hang or an
+unbounded read (`bounded=True`: a FIFO, a device, an alias bomb): those run in a subprocess
+whose timeout bounds the time, so a regression fails the case instead of the test session.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli import Result, run_cli
 from tests.conftest import BASE_HOSTS
 
 Files = dict[str, Any]  # relative path -> dict (YAML-dumped), str or bytes
@@ -26,7 +32,7 @@ Mutation = Callable[[Files, Path], None]
 ALL_HOSTS = ("adm1", "c1", "dns1", "gpu1", "gpu2", "rgw1", "rgw2")
 VLLM = ("gpu1", "gpu2")
 SECRET = "Corpus-Secret-Value-4711"  # must never appear in any output
-TIMEOUT_S = 60  # both commands of one case; a hang (a FIFO read) fails the case
+TIMEOUT_S = 60  # both commands of one bounded case; a hang (a FIFO read) fails the case
 
 
 def base_files() -> Files:
@@ -124,6 +130,7 @@ class Case:
     hosts: tuple[str, ...] = ()  # every host the message must name
     also: tuple[tuple[str, str], ...] = ()  # further (file, key) problems expected
     env: dict[str, str] = field(default_factory=dict)
+    bounded: bool = False  # guards against a hang or an unbounded read: run in a subprocess
 
 
 H = "hosts.yml"
@@ -163,11 +170,11 @@ CASES = [
     Case("deep-block-nesting", raw(VF, nested(120)), VF, "line"),
     Case("recursive-alias", raw(VF, "lmcache_extra_config: &x {s3_region: *x}\n"), VF,
          "(file)"),
-    Case("alias-bomb", raw(VF, bomb()), VF, "(file)"),
+    Case("alias-bomb", raw(VF, bomb()), VF, "(file)", bounded=True),
     Case("group-vars-fifo", lambda files, root: (root / "group_vars" / "all").mkdir(
         parents=True) or
          os.mkfifo(root / "group_vars" / "all" / "pipe.yml"), "group_vars/all/pipe.yml",
-         "(file)"),
+         "(file)", bounded=True),
     Case("yaml-syntax-error", raw(RF, "ceph_rgw_count_per_host: [4\n"), RF, "line"),
     Case("yaml-error-does-not-hide-others",
          both(raw(RF, "ceph_rgw_count_per_host: [4\n"), gv("vllm", lmcache_chunk_size=250)),
@@ -180,9 +187,10 @@ CASES = [
     Case("duplicate-host", raw(H, yaml.safe_dump(BASE_HOSTS).replace("rgw2:", "rgw1:")), H,
          "rgw1"),
     # --- model config.json ----------------------------------------------------------------
-    Case("model-config-fifo", model_config(os.mkfifo), VF, "vllm_model_config", VLLM),
+    Case("model-config-fifo", model_config(os.mkfifo), VF, "vllm_model_config", VLLM,
+         bounded=True),
     Case("model-config-device", model_config(symlink_to("/dev/zero")), VF,
-         "vllm_model_config", VLLM),
+         "vllm_model_config", VLLM, bounded=True),
     Case("model-config-list", model_config(json_text("[1, 2, 3]")), VF, "vllm_model_config",
          VLLM),
     Case("model-config-zero-heads", model_config(json_text(
@@ -333,20 +341,35 @@ CASES = [
          "vllm_extra_args", VLLM),
 ]
 
+COMMANDS = (("validate", "-i", "{root}"), ("render", "-i", "{root}", "-o", "{out}"))
+# The bounded cases: both commands in one subprocess, through the same main() as in process.
 DRIVER = """
-import sys
+import io, json, sys
 from deploy_kit.cli.app import main
-for argv in (["validate", "-i", sys.argv[1]], ["render", "-i", sys.argv[1], "-o", sys.argv[2]]):
-    print("@@@", argv[0], flush=True)
-    sys.stderr.write("@@@ " + argv[0] + "\\n")
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    sys.stderr.flush()
-    print("@@@ rc", code, flush=True)
+from deploy_kit.cli.environment import Environment
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(argv, Environment(stdin=io.StringIO(), stdout=out, stderr=err,
+                                stderr_isatty=False, color=False))
+    results.append([int(rc), out.getvalue(), err.getvalue()])
+print(json.dumps(results))
 """
+
+
+def run_commands(case: Case, root: Path, out: Path, work: Path) -> list[Result]:
+    """validate and render of the case's inventory; a bounded case in a subprocess with a
+    timeout (a hang raises TimeoutExpired and fails the case)."""
+    argvs = [[a.format(root=root, out=out) for a in argv] for argv in COMMANDS]
+    if not case.bounded:
+        return [run_cli(*argv, env=case.env, cwd=work) for argv in argvs]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(argvs)],
+                          capture_output=True, text=True, timeout=TIMEOUT_S, cwd=work,
+                          env={**os.environ, "COLUMNS": "400", **case.env})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the commands' streams are in the JSON; the process's own stderr must be clean too
+    assert "Traceback" not in proc.stderr and SECRET not in proc.stderr, proc.stderr
+    return [Result(*r) for r in json.loads(proc.stdout)]
 
 
 def write(root: Path, files: Files) -> None:
@@ -374,18 +397,14 @@ def test_bad_inventory(case: Case, tmp_path: Path) -> None:
     case.mutate(files, root)
     write(root, files)
     before = snapshot(tmp_path)
-    out = work / "out"
-    result = subprocess.run([sys.executable, "-c", DRIVER, str(root), str(out)],
-                            capture_output=True, text=True, timeout=TIMEOUT_S, cwd=work,
-                            env={**os.environ, "COLUMNS": "400", **case.env})
-    text = result.stdout + result.stderr
-    assert result.returncode == 0, text
-    assert result.stdout.count("@@@ rc 3") == 2, text  # validate and render
+    results = run_commands(case, root, work / "out", work)
+    text = "".join(r.stdout + r.stderr for r in results)
+    assert [r.returncode for r in results] == [3, 3], text  # validate and render
     assert "Traceback" not in text and "internal error" not in text, text
     assert SECRET not in text
     assert snapshot(tmp_path) == before  # nothing written: not OUT, not outside it
-    for command in result.stderr.split("@@@ ")[1:]:
-        lines = [ln for ln in command.splitlines() if " — " in ln]
+    for result in results:
+        lines = [ln for ln in result.stderr.splitlines() if " — " in ln]
         expected = [(case.file, case.key), *case.also]
         assert len(lines) == len(expected), "\n".join(lines)
         for file, key in expected:
@@ -395,10 +414,12 @@ def test_bad_inventory(case: Case, tmp_path: Path) -> None:
         assert line.split(" — ", 1)[1].strip(), line  # a hint
         for host in case.hosts:
             assert host in line.split(" — ", 1)[0], (host, line)
-        assert "group has no hosts" not in command
+        assert "group has no hosts" not in result.stderr
 
 
 def test_corpus_size() -> None:
     assert len(CASES) >= 60
     assert len({c.name for c in CASES}) == len(CASES)
+    # what could block or read without end runs where a timeout bounds it
+    assert all(c.bounded for c in CASES if "fifo" in c.name or "device" in c.name)
 

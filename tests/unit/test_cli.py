@@ -1,19 +1,22 @@
-"""The CLI end to end in a subprocess: exit codes, stdout/stderr split, one-line errors."""
+"""The CLI end to end, in process (tests/cli.py): exit codes, stdout/stderr split,
+one-line errors. The installed entry point itself: test_cli_subprocess.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from deploy_kit.errors import EnvironmentProblem, VerifyFailed
+from tests.cli import Result, run_cli
 from tests.conftest import REPO, InventoryFactory
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deploy_kit", *args], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, **(env or {})})
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return run_cli(*args, env=env, cwd=REPO)
 
 
 def test_plan_json_has_the_geometry_numbers() -> None:
@@ -69,3 +72,42 @@ def test_usage_errors_exit_2() -> None:
 def test_missing_inventory_exit_3() -> None:
     result = run("validate", "-i", "does-not-exist")
     assert result.returncode == 3 and "no such inventory" in result.stderr
+
+
+def _raise(exc: BaseException) -> Callable[..., None]:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise exc
+    return fail
+
+
+@pytest.mark.parametrize(("exc", "code", "says"), [
+    (RuntimeError("boom"), 1, "internal error: RuntimeError: boom"),
+    (KeyboardInterrupt(), 130, ""),
+    (EnvironmentProblem("needs root", hint="run as root"), 7, "error: needs root"),
+    (VerifyFailed("2 check(s) failed"), 6, "error: 2 check(s) failed"),
+    (SystemExit(4), 4, ""),
+])
+def test_exceptions_become_exit_codes_in_process(monkeypatch: pytest.MonkeyPatch,
+                                                 exc: BaseException, code: int,
+                                                 says: str) -> None:
+    monkeypatch.setattr("deploy_kit.config.open.open_site", _raise(exc))
+    result = run("validate", "-i", "example")
+    assert result.returncode == code, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("deploy_kit.config.open.open_site", _raise(RuntimeError("boom")))
+    assert "--debug" in run("validate", "-i", "example").stderr
+    result = run("validate", "-i", "example", "--debug")
+    assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def test_a_run_reads_the_variables_it_is_given(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-password-file"
+    result = run("validate", "-i", "example",
+                 env={"ANSIBLE_VAULT_PASSWORD_FILE": str(missing)})
+    assert result.returncode == 3
+    assert f"{missing}: --vault-password-file" in result.stderr
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ  # the run's, not the process's
+    assert run("validate", "-i", "example").returncode == 0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from pathlib import Path
 
+import pytest
+
 from deploy_kit.geometry import bytes_per_token, from_hf_config
-from deploy_kit.lab import model
+from deploykit_lab import model
 
 
 def test_weights_are_valid_safetensors_and_deterministic(tmp_path: Path) -> None:
@@ -45,3 +48,35 @@ def test_geometry_is_eight_kib_per_token(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(model.model_config()))
     geometry = from_hf_config(tmp_path / "config.json")
     assert bytes_per_token(geometry, 2) == 2 * 8 * 4 * 64 * 2
+
+
+def test_the_small_variant_is_an_eighth_of_the_compute_and_two_kib_per_token(
+        tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(model.model_config(model.SMALL_GEOMETRY)))
+    geometry = from_hf_config(tmp_path / "config.json")
+    assert bytes_per_token(geometry, 2) == 2 * 4 * 2 * 64 * 2
+    weights = {v: sum(math.prod(s) for _, s in model.tensor_shapes(g))
+               for v, g in model.VARIANTS.items()}
+    assert weights["small"] * 3 < weights["full"]  # the embeddings do not shrink with layers
+
+
+@pytest.mark.parametrize(("flags", "variant"), [
+    ({"avx2", "avx512f", "avx512_bf16"}, "full"),
+    ({"avx2", "amx_tile", "amx_bf16"}, "full"),
+    ({"avx2", "avx512f"}, "small"),  # AVX-512 without bf16 emulates it too
+    ({"avx2", "fma"}, "small"),
+])
+def test_the_variant_follows_native_bf16(flags: set[str], variant: str) -> None:
+    chosen, why = model.choose_variant(flags)
+    assert chosen == variant and why
+
+
+def test_the_override_wins_and_a_bad_one_is_refused() -> None:
+    assert model.choose_variant({"amx_bf16"}, "small")[0] == "small"
+    with pytest.raises(ValueError, match="DEPLOYKIT_LAB_MODEL"):
+        model.choose_variant(set(), "tiny")
+
+
+def test_cpu_flags_are_read_from_cpuinfo() -> None:
+    text = "processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\nbugs\t\t: none\n"
+    assert model.cpu_flags(text) == {"fpu", "avx2", "amx_bf16"}

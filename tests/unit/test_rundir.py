@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from deploy_kit.config.open import open_site
 from deploy_kit.errors import InventoryError
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
+from tests.cli import run_cli
 from tests.conftest import REPO, InventoryFactory
 
 
@@ -79,8 +78,7 @@ def test_ansible_knobs_and_run_vars_pass(tmp_path: Path) -> None:
 def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> None:
     path = tmp_path / "vars.yml"
     path.write_text("lmcache_chunk_size: 512\n")
-    result = subprocess.run([sys.executable, "-m", "deploy_kit", "up", "-i", "example",
-                             "-e", str(path)], capture_output=True, text=True, cwd=REPO)
+    result = run_cli("up", "-i", "example", "-e", str(path), cwd=REPO)
     assert result.returncode == 3, result.stderr
     assert "lmcache_chunk_size" in result.stderr and "group_vars" in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,7 +1,8 @@
 """Phase tags select exactly their tasks; skipping a preflight leaves the roles working.
 
 `ansible-playbook --list-tasks` against the example inventory and a rendered tree: static
-imports carry their tags to every task, so the listing is what a run would execute.
+imports carry their tags to every task, so the listing is what a run would execute. Each
+listing is a real ansible-playbook process; one set of flags is listed once per session.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ import os
 import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 import pytest
 
+from tests.cli import run_cli
 from tests.conftest import REPO
 
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -25,12 +28,13 @@ SETTINGS_TASK = "Load the settings deploykit rendered for this host"
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("rendered")
-    subprocess.run([sys.executable, "-m", "deploy_kit", "render", "--for-roles", "-i",
-                    "example", "-o", str(out)], check=True, capture_output=True, cwd=REPO)
+    result = run_cli("render", "--for-roles", "-i", "example", "-o", str(out), cwd=REPO)
+    assert result.returncode == 0, result.stderr
     return out
 
 
-def listed(rendered: Path, *flags: str) -> list[tuple[str, str, set[str]]]:
+@cache
+def listed(rendered: Path, *flags: str) -> tuple[tuple[str, str, set[str]], ...]:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     result = subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", str(REPO / "inventory" / "example"),
@@ -44,7 +48,7 @@ def listed(rendered: Path, *flags: str) -> list[tuple[str, str, set[str]]]:
         if match:
             tags = {t.strip() for t in match["tags"].split(",") if t.strip()}
             tasks.append((match["role"], match["name"], tags))
-    return tasks
+    return tuple(tasks)  # cached: shared by the tests, read only
 
 
 @pytest.mark.parametrize("tag", ["ceph_rgw_configure", "coredns_configure", "vllm_service",

@@ -19,6 +19,7 @@ from deploy_kit.config.open import open_site
 from deploy_kit.errors import InventoryError
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import SETTINGS_PATH, role_tree
+from tests.cli import run_cli
 from tests.conftest import InventoryFactory
 
 TLS = {"deploykit_s3_tls": True, "deploykit_s3_port": 443, "deploykit_s3_fqdn": "s3.t.test"}
@@ -167,13 +168,9 @@ def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFac
 def test_the_render_play_issues_like_up(make_inventory: InventoryFactory, tmp_path: Path) -> None:
     """A plain ansible-playbook run renders with --for-roles: it must issue the certificates
     the roles copy, and write no key into the tree."""
-    import subprocess
-    import sys
-
     root = make_inventory(all=TLS)
     out = tmp_path / "tree"
-    result = subprocess.run([sys.executable, "-m", "deploy_kit", "render", "--for-roles",
-                             "-i", str(root), "-o", str(out)], capture_output=True, text=True)
+    result = run_cli("render", "--for-roles", "-i", str(root), "-o", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert (root / ".deploykit-tls" / "rgw1.pem").exists()
     assert "PRIVATE KEY" not in result.stdout + result.stderr

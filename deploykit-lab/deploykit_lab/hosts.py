@@ -1,0 +1,157 @@
+"""Lab hosts: systemd-nspawn containers booting real systemd, each in its own network
+namespace on the lab bridge, with its own cgroup and a fixed MAC."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from deploykit_lab.layout import BRIDGE, GATEWAY, PREFIX_LEN, SSH_DIR, LabHost
+from deploykit_lab.system import LabError, log, quiet, run
+
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+
+
+def cgroup_dirs(host: LabHost) -> list[Path]:
+    """Hybrid hierarchy here; nspawn takes its own cgroup from *both*, so create both."""
+    roots = [r for r in CGROUP_ROOTS if r.is_dir()]
+    if not roots:
+        roots = [Path("/sys/fs/cgroup")]  # pure cgroup2 machine
+    return [r / host.cgroup for r in roots]
+
+
+def ensure_bridge() -> None:
+    if not Path(f"/sys/class/net/{BRIDGE}").exists():
+        run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        run(["ip", "addr", "add", f"{GATEWAY}/{PREFIX_LEN}", "dev", BRIDGE])
+    run(["ip", "link", "set", BRIDGE, "up"])
+
+
+def remove_bridge() -> None:
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        quiet(["ip", "link", "del", BRIDGE])
+
+
+def ensure_ssh_key() -> Path:
+    key = SSH_DIR / "id_ed25519"
+    if not key.exists():
+        SSH_DIR.mkdir(parents=True, exist_ok=True)
+        SSH_DIR.chmod(0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "deploykit-lab",
+             "-f", str(key)])
+    return key
+
+
+def start_host(host: LabHost, rootfs: Path, repo: Path, public_key: str) -> int:
+    """Overlay on the shared image, netns + veth, then nspawn in its own cgroup."""
+    upper, work, merged = host.root / "upper", host.root / "work", host.root / "merged"
+    for d in (upper, work, merged):
+        d.mkdir(parents=True, exist_ok=True)
+    run(["mount", "-t", "overlay", "overlay", "-o",
+         f"lowerdir={rootfs},upperdir={upper},workdir={work}", str(merged)])
+    (merged / "etc" / "hostname").write_text(host.name + "\n")
+    (merged / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
+    ssh = merged / "root" / ".ssh"
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh / "authorized_keys").write_text(public_key)
+    (ssh / "authorized_keys").chmod(0o600)
+    quiet(["ip", "netns", "del", host.netns])
+    quiet(["ip", "link", "del", host.veth])
+    quiet(["ip", "neigh", "del", host.address, "dev", BRIDGE])
+    run(["ip", "netns", "add", host.netns])
+    run(["ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns",
+         host.netns, "address", host.mac])
+    run(["ip", "link", "set", host.veth, "master", BRIDGE, "up"])
+    run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/{PREFIX_LEN}", "dev", "eth0"])
+    run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
+    run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+    run(["ip", "-n", host.netns, "route", "add", "default", "via", GATEWAY])
+    dirs = cgroup_dirs(host)
+    for d in dirs:
+        d.mkdir(exist_ok=True)
+    join = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in dirs)
+    nspawn = (f"exec systemd-nspawn -D {merged} --boot --register=no --keep-unit "
+              f"--machine={host.name} --network-namespace-path=/run/netns/{host.netns} "
+              f"--console=passive --resolv-conf=off --timezone=off --link-journal=no "
+              f"--bind-ro={repo}:/repo")
+    out = (host.root / "console.log").open("a")
+    proc = subprocess.Popen(["bash", "-c", f"{join}; {nspawn}"], stdout=out,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    log(f"started {host.name} nspawn pid {proc.pid}")
+    return proc.pid
+
+
+def wait_ssh(hosts: list[LabHost], timeout: float = 60) -> None:
+    """Wait until every host's sshd sends its banner."""
+    pending = {h.name: h for h in hosts}
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for name, host in list(pending.items()):
+            try:
+                with socket.create_connection((host.address, 22), timeout=1) as s:
+                    s.settimeout(2)
+                    if s.recv(4).startswith(b"SSH"):
+                        del pending[name]
+            except OSError:
+                pass
+        if pending:
+            time.sleep(0.5)
+    if pending:
+        raise LabError(f"SSH did not come up on {', '.join(sorted(pending))}",
+                       hint="see /var/lib/deploykit-lab/hosts/<host>/console.log")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers signal 0; it is gone for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def stop_host(host: LabHost, pid: int | None) -> None:
+    """nspawn turns SIGTERM into an orderly poweroff; then everything it made is removed."""
+    if pid and _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.3)
+    for d in cgroup_dirs(host):  # anything left in the host's cgroup is killed
+        procs = d / "cgroup.procs"
+        if procs.exists():
+            for line in procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(line), signal.SIGKILL)
+    merged = host.root / "merged"
+    if os.path.ismount(merged) and not quiet(["umount", str(merged)]):
+        quiet(["umount", "-l", str(merged)])
+    quiet(["ip", "netns", "del", host.netns])
+    quiet(["ip", "link", "del", host.veth])
+    quiet(["ip", "neigh", "del", host.address, "dev", BRIDGE])
+    for d in cgroup_dirs(host):
+        _remove_cgroup(d)
+
+
+def _remove_cgroup(path: Path) -> None:
+    if not path.is_dir():
+        return
+    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if child.is_dir():
+            with contextlib.suppress(OSError):
+                child.rmdir()
+    deadline = time.monotonic() + 10
+    while path.exists() and time.monotonic() < deadline:
+        try:
+            path.rmdir()
+        except OSError:
+            time.sleep(0.3)

@@ -1,0 +1,261 @@
+"""`deploykit lab up|down|status`: bring the whole lab up, take every trace of it down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deploy_kit.project import project_dir
+from deploykit_lab import ceph, hosts, image, serving, upstream
+from deploykit_lab.consul import ensure_consul
+from deploykit_lab.coredns import ensure_coredns
+from deploykit_lab.inventory import write_inventory
+from deploykit_lab.layout import (
+    CEPH_DIR,
+    CONTROLLER_PACKAGES,
+    HOSTS_DIR,
+    LAB_DIR,
+    STATE_FILE,
+    LabHost,
+    lab_hosts,
+    repo_path,
+    rootfs_path,
+)
+from deploykit_lab.profiles import DEFAULT, Profile, profile
+from deploykit_lab.system import ensure_packages, log, quiet, require_root
+
+
+@dataclass
+class Step:
+    name: str
+    seconds: float
+
+
+def lab_inventory_dir() -> Path:
+    return project_dir() / "inventory" / "lab"
+
+
+def _state() -> dict[str, Any]:
+    if STATE_FILE.exists():
+        data: dict[str, Any] = json.loads(STATE_FILE.read_text())
+        return data
+    return {}
+
+
+def _save(state: dict[str, Any]) -> None:
+    LAB_DIR.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps(state, indent=2))
+
+
+def is_up() -> bool:
+    state = _state()
+    if not state.get("hosts"):
+        return False
+    for h in state["hosts"]:
+        try:
+            socket.create_connection((h["address"], 22), timeout=1).close()
+        except OSError:
+            return False
+    return True
+
+
+def _timer(steps: list[Step], report: Any) -> Callable[..., Any]:
+    """A `timed(name, fn, *args)` that reports the step and appends its seconds to steps."""
+
+    def timed(name: str, fn: Any, *args: Any) -> Any:
+        report(f"… {name}")
+        start = time.monotonic()
+        value = fn(*args)
+        steps.append(Step(name, time.monotonic() - start))
+        return value
+
+    return timed
+
+
+def prefetch(chosen: Profile, report: Any = print) -> list[Step]:
+    """Fill the caches a lab up needs, without starting anything: controller packages, the
+    host image, CoreDNS and Consul, and (serving profiles) the wheelhouse and the model.
+    The Go builds are CPU-bound and the rest is mostly download and disk, so the builds run
+    in a thread beside the rest; each artefact is built under its own lock, so a prefetch in
+    the background and a `lab up` (or a test that needs a binary) never build one twice."""
+    steps: list[Step] = []
+    timed = _timer(steps, report)
+
+    def binaries() -> None:
+        timed("CoreDNS binary", ensure_coredns)
+        timed("Consul binary (first build about 5–11 min on 2 cores)", ensure_consul)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        builds = pool.submit(binaries)
+        timed("controller packages", ensure_packages, CONTROLLER_PACKAGES)
+        timed("host image and offline repo", image.ensure_image)
+        if chosen.serving:
+            timed("serving wheelhouse and model (first time about 1–3 min)",
+                  serving.ensure_serving)
+        builds.result()  # re-raises a failed build here
+    return steps
+
+
+def up(count: int, report: Any = print, chosen: Profile | None = None) -> list[Step]:
+    """Bring the lab up with a profile's settings and write inventory/lab/ for this checkout.
+    A lab that is already up (perhaps from another checkout) is left running and only the
+    inventory is written again, so the `deploykit up --inventory lab` after it works."""
+    require_root()
+    chosen = chosen or profile(DEFAULT)
+    if is_up():
+        running = _state()
+        _write_inventory(running, chosen, report)
+        report(f"lab is already up (profile {running.get('profile', DEFAULT)} when started); "
+               f"inventory written for profile {chosen.name}")
+        running["profile"] = chosen.name
+        _save(running)
+        return []
+    if _state():
+        down(report=lambda _m: None)
+    steps = prefetch(chosen, report)
+    timed = _timer(steps, report)
+    rootfs, repo, _ = image.ensure_image()
+    state: dict[str, Any] = {"hosts": [], "ceph": {}, "profile": chosen.name, "count": count}
+    _save(state)
+    timed("lab bridge", hosts.ensure_bridge)
+    state["ceph"] = timed("Ceph mon, mgr and OSD", ceph.bootstrap)
+    _save(state)
+    state["upstream_pid"] = timed("upstream resolver", upstream.start)
+    _save(state)
+    key = hosts.ensure_ssh_key()
+    public = key.with_suffix(".pub").read_text()
+    lab = lab_hosts(count)
+    for host in lab:
+        pid = hosts.start_host(host, rootfs, repo, public)
+        state["hosts"].append({"name": host.name, "index": host.index,
+                               "address": host.address, "pid": pid})
+        _save(state)
+    timed(f"{count} hosts answering SSH", hosts.wait_ssh, lab)
+    _write_inventory(state, chosen, report)
+    return steps
+
+
+def _write_inventory(state: dict[str, Any], chosen: Profile, report: Any) -> None:
+    count = int(state.get("count") or len(state["hosts"]))
+    artefacts = serving.ensure_serving() if chosen.serving else None  # cached: instant
+    if artefacts is not None:
+        report(f"lab model: {artefacts.model_variant} ({artefacts.model_why}): "
+               f"{artefacts.model}")
+    write_inventory(lab_inventory_dir(), lab_hosts(count), state["ceph"],
+                    hosts.ensure_ssh_key(), artefacts, chosen)
+
+
+def down(report: Any = print) -> None:
+    """Remove everything `up` made; safe to run twice and after a half-failed up."""
+    require_root()
+    state = _state()
+    known = {h["name"]: h for h in state.get("hosts", [])}
+    for path in sorted(HOSTS_DIR.glob("lab*")) if HOSTS_DIR.exists() else []:
+        known.setdefault(path.name, {"name": path.name, "index": int(path.name[3:] or 0),
+                                     "pid": None})
+    for entry in known.values():
+        report(f"… stopping {entry['name']}")
+        hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+    for name, pid in state.get("ceph", {}).get("pids", {}).items():
+        _kill(int(pid), name)
+    if state.get("upstream_pid"):
+        _kill(int(state["upstream_pid"]), "upstream resolver")
+    _kill_strays()
+    hosts.remove_bridge()
+    if os.path.ismount(CEPH_DIR):
+        quiet(["umount", "-l", str(CEPH_DIR)])
+    shutil.rmtree(LAB_DIR, ignore_errors=True)
+    shutil.rmtree(lab_inventory_dir(), ignore_errors=True)
+    report("lab is down")
+
+
+def _kill(pid: int, name: str) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.3)
+    log(f"{name} ({pid}) ignored SIGTERM; killing")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _kill_strays() -> None:
+    """Processes whose command line points into the lab directory (a lost state file)."""
+    marker = str(LAB_DIR).encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def status() -> dict[str, Any]:
+    state = _state()
+    out: dict[str, Any] = {"up": is_up(), "profile": state.get("profile"), "hosts": []}
+    for h in state.get("hosts", []):
+        try:
+            socket.create_connection((h["address"], 22), timeout=1).close()
+            ok = True
+        except OSError:
+            ok = False
+        out["hosts"].append({"name": h["name"], "address": h["address"], "ssh": ok})
+    out["ceph_pids"] = state.get("ceph", {}).get("pids", {})
+    return out
+
+
+def stop_host(name: str) -> None:
+    """Take one lab host down as a whole (orderly poweroff of its container), keeping its
+    disk: `start_host` boots it again with everything deployed on it (failover tests)."""
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+    entry["pid"] = None
+    _save(state)
+
+
+def crash_host(name: str) -> None:
+    """Like a power cut: SIGKILL every process of the host's container at once (nothing
+    shuts down cleanly, Consul's agent does not leave), then remove what stop_host removes."""
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    host = LabHost(entry["name"], int(entry["index"]))
+    for _ in range(3):  # a forking process may add a pid between reads
+        for d in hosts.cgroup_dirs(host):
+            for procs in d.rglob("cgroup.procs"):
+                for line in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(line), signal.SIGKILL)
+    hosts.stop_host(host, None)
+    entry["pid"] = None
+    _save(state)
+
+
+def start_host(name: str) -> None:
+    state = _state()
+    entry = next(h for h in state["hosts"] if h["name"] == name)
+    host = LabHost(entry["name"], int(entry["index"]))
+    rootfs, repo = rootfs_path(), repo_path()
+    public = hosts.ensure_ssh_key().with_suffix(".pub").read_text()
+    entry["pid"] = hosts.start_host(host, rootfs, repo, public)
+    _save(state)
+    hosts.wait_ssh([host])

@@ -1,0 +1,76 @@
+"""The serving tier for real: vLLM (CPU) + an LMCache server on lab3 and lab4, installed
+offline from the controller's wheelhouse and started by `up`. Both hosts serve the staged
+model; a prefix computed on lab3 is a hit on lab4, which only the shared S3 tier can answer
+(lab4 never saw the prompt, and its LMCache server's DRAM holds nothing of lab3's); a stopped
+vLLM is a verify FAIL naming its host. The rolling restart is proven by the repair converge
+(test_2_verify.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.request
+
+import pytest
+
+from tests.lab.conftest import Lab, lab_model
+from tests.lab.vllm_http import (
+    SERVING,
+    complete,
+    metric,
+    wait_healthy,
+)
+
+pytestmark = pytest.mark.lab
+
+
+def test_both_hosts_serve_the_staged_model(converged: Lab) -> None:
+    for name, address in SERVING.items():
+        with urllib.request.urlopen(f"http://{address}:8000/v1/models", timeout=10) as r:
+            models = [m["id"] for m in json.loads(r.read())["data"]]
+        assert models == [lab_model().name], (name, models)  # its directory's name
+        assert complete(address, [7] * 40)["usage"]["prompt_tokens"] == 40
+        states = converged.ssh(address, "systemctl is-active vllm lmcache-server").split()
+        assert states == ["active", "active"], (name, states)
+        # installed offline from the wheelhouse: the lock's digest is recorded in the venv
+        recorded = converged.ssh(address, "cat /opt/vllm/.deploykit-wheelhouse").strip()
+        assert len(recorded) == 64, recorded
+
+
+def test_a_prefix_computed_on_one_host_is_a_remote_hit_on_the_other(converged: Lab) -> None:
+    """A fresh prompt (seeded by the clock, so no earlier run stored it) to lab3, then the
+    same prompt to lab4: every full chunk lab4 serves from outside vLLM came from RGW."""
+    tokens = [random.Random(time.time_ns()).randrange(3, 259) for _ in range(256 * 3 + 5)]
+    stored_on, read_on = SERVING["lab3"], SERVING["lab4"]
+    queries = metric(read_on, "vllm:external_prefix_cache_queries_total")
+    complete(stored_on, tokens)  # cold on lab3: computed, then stored through its server
+    hits = 0.0
+    deadline = time.monotonic() + 60  # the server's S3 writes are asynchronous
+    while True:
+        before = metric(read_on, "vllm:external_prefix_cache_hits_total")
+        complete(read_on, tokens)
+        hits = metric(read_on, "vllm:external_prefix_cache_hits_total") - before
+        if hits >= 256 * 3 - 1 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert hits >= 256 * 3 - 1, hits  # every full chunk (vLLM counts one token less)
+    assert metric(read_on, "vllm:external_prefix_cache_queries_total") > queries
+
+
+def test_stopped_vllm_fails_verify_naming_the_host(converged: Lab) -> None:
+    address = SERVING["lab4"]
+    converged.ssh(address, "systemctl stop vllm")
+    try:
+        # the unit's ExecStopPost removed vLLM's KV segment (it leaks a GiB per stop)
+        leaked = converged.ssh(address, "ls /dev/shm | grep -c '^lmcache_kv_' || true").strip()
+        assert leaked == "0", leaked
+        result = converged.deploykit("verify", "--inventory", "lab", "--json", check=False)
+        findings = json.loads(result.stdout)["findings"]
+        assert result.returncode == 6
+        failed = [f for f in findings if f["check"] == "vllm-service" and f["status"] == "fail"]
+        assert [f["target"] for f in failed] == ["lab4"], failed
+    finally:
+        # the LMCache server dropped the stopped vLLM's KV registration; start both fresh
+        converged.ssh(address, "systemctl restart lmcache-server && systemctl start vllm")
+        wait_healthy(address, timeout=600)

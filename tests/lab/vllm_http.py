@@ -1,0 +1,79 @@
+"""HTTP helpers for the lab's serving hosts (vLLM's OpenAI API, /health and /metrics)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from tests.lab.conftest import lab_model
+
+SERVING = {"lab3": "10.99.0.13", "lab4": "10.99.0.14"}
+
+
+def get(url: str, timeout: float = 3) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def metric(address: str, name: str) -> float:
+    with urllib.request.urlopen(f"http://{address}:8000/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def complete(address: str, tokens: list[int]) -> dict:
+    body = json.dumps({"model": lab_model().name, "prompt": tokens, "max_tokens": 4,
+                       "temperature": 0}).encode()
+    request = urllib.request.Request(f"http://{address}:8000/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        result: dict = json.loads(response.read())
+    return result
+
+
+def wait_healthy(address: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if get(f"http://{address}:8000/health") == 200:
+            return
+        time.sleep(2)
+    raise AssertionError(f"{address}: vLLM not healthy after {timeout} s")
+
+
+def poll_health_during(action: Callable[[], dict]) -> tuple[list[dict[str, int]], dict]:
+    """Run `action` while polling every serving host's /health every 0.5 s."""
+    polls: list[dict[str, int]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            polls.append({n: get(f"http://{a}:8000/health", 2) for n, a in SERVING.items()})
+            time.sleep(0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        result = action()
+    finally:
+        stop.set()
+        poller.join(timeout=10)
+    return polls, result
+
+
+def assert_rolled(polls: list[dict[str, int]]) -> None:
+    """Every host restarted (down at some poll) and at every poll one host answered."""
+    down = {n for p in polls for n, code in p.items() if code != 200}
+    assert down == set(SERVING), f"not every host restarted: down at some poll = {down}"
+    assert all(any(code == 200 for code in p.values()) for p in polls), \
+        [p for p in polls if not any(code == 200 for code in p.values())][:3]
+    assert len(polls) > 20
