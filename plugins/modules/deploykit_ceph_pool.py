@@ -77,7 +77,11 @@ def main() -> None:
                         "replicated"])
         have: dict[str, object] = {}
     else:
-        have = {"pg_num": current.get("pg_num"), "pgp_num": current.get("pg_placement_num"),
+        # Ceph (Nautilus on) moves pg_num/pgp_num towards a target in steps: compare the
+        # target, or a re-run during the ramp would ask again and report a change
+        have = {"pg_num": current.get("pg_num_target", current.get("pg_num")),
+                "pgp_num": current.get("pg_placement_num_target",
+                                       current.get("pg_placement_num")),
                 "size": current.get("size"), "min_size": current.get("min_size"),
                 "pg_autoscale_mode": current.get("pg_autoscale_mode"),
                 "application": ",".join(sorted(current.get("application_metadata", {})))}
