@@ -58,7 +58,7 @@ class Lab:
         start = time.monotonic()
         result = subprocess.run([sys.executable, "-m", "deploy_kit", *args], cwd=REPO,
                                 capture_output=True, text=True, timeout=1800, env=self.env())
-        record_timing({"kind": "deploykit", "session": self.profile, "argv": list(args),
+        record_timing({"kind": "deploykit", "profile": self.profile, "argv": list(args),
                        "rc": result.returncode,
                        "seconds": round(time.monotonic() - start, 1)})
         self.outputs.append(result.stdout + result.stderr)
@@ -196,5 +196,7 @@ def wait_for_prefetch() -> None:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     start = time.monotonic()
     yield
-    record_timing({"kind": "test", "test": item.nodeid,
+    parts = item.nodeid.split("/")  # tests/lab/<session>/test_….py::…
+    record_timing({"kind": "test", "session": parts[2] if len(parts) > 3 else None,
+                   "test": item.nodeid,
                    "seconds": round(time.monotonic() - start, 1)})
