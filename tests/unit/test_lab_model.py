@@ -16,7 +16,7 @@ from deploykit_lab import model
 
 def test_weights_are_valid_safetensors_and_deterministic(tmp_path: Path) -> None:
     first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    # the small variant: the same writer and layout, an eighth of the bytes to hash
+    # the small variant: the same writer and layout, a fraction of the bytes to hash
     geometry = model.SMALL_GEOMETRY
     model.write_weights(first, geometry=geometry)
     model.write_weights(second, geometry=geometry)
@@ -52,11 +52,16 @@ def test_geometry_is_eight_kib_per_token(tmp_path: Path) -> None:
     assert bytes_per_token(geometry, 2) == 2 * 8 * 4 * 64 * 2
 
 
-def test_the_small_variant_is_an_eighth_of_the_compute_and_two_kib_per_token(
+def test_the_small_variant_is_a_tenth_of_the_compute_and_one_kib_per_token(
         tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(model.model_config(model.SMALL_GEOMETRY)))
     geometry = from_hf_config(tmp_path / "config.json")
-    assert bytes_per_token(geometry, 2) == 2 * 4 * 2 * 64 * 2
+    assert bytes_per_token(geometry, 2) == 2 * 2 * 2 * 64 * 2
+    # the linear layers' compute: a sixteenth of the full model's (width² × layers)
+    full, small = model.GEOMETRY, model.SMALL_GEOMETRY
+    assert (small["hidden_size"] ** 2 * small["num_hidden_layers"] * 16 ==
+            full["hidden_size"] ** 2 * full["num_hidden_layers"])
+    assert model.model_dir("small") != model.model_dir("full")
     weights = {v: sum(math.prod(s) for _, s in model.tensor_shapes(g))
                for v, g in model.VARIANTS.items()}
     assert weights["small"] * 3 < weights["full"]  # the embeddings do not shrink with layers

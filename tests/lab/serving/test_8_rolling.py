@@ -41,12 +41,21 @@ def test_rolling_restart_keeps_one_host_answering(converged: Lab) -> None:
     extra = REPO / "inventory" / "lab" / "group_vars" / "vllm"
     extra.mkdir(parents=True, exist_ok=True)
     (extra / "roll.yml").write_text(yaml.safe_dump({"vllm_extra_env": {"DEPLOYKIT_ROLL": "1"}}))
+    servers = {a: server_invocation(converged, a) for a in SERVING.values()}
     try:
         polls, summary = poll_health_during(converged.converge)
     finally:
         (extra / "roll.yml").unlink()
     assert summary["rc"] == 0 and not summary["failed"], summary["failed"]
     assert_rolled(polls)
+    # only vLLM's environment changed, yet each LMCache server restarted with it: a server
+    # kept the restarted vLLM's /dev/shm KV segment, and the second such roll crash-looped
+    for address, before in servers.items():
+        assert server_invocation(converged, address) != before, address
+
+
+def server_invocation(lab: Lab, address: str) -> str:
+    return lab.ssh(address, "systemctl show -p InvocationID --value lmcache-server").strip()
 
 
 def test_wheelhouse_command_reuses_the_lab_wheelhouse(lab: Lab, tmp_path: Path) -> None:
