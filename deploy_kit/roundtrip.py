@@ -3,10 +3,10 @@
 host and reads them back from another, through the deployed settings, profile and
 PYTHONHASHSEED; a second read with another seed must miss.
 
-Where a serving host has LMCache installed (vllm_venv), the driver runs there over SSH.
-On the CPU-only lab, whose hosts carry no LMCache (2 GB of CUDA wheels), it runs on the
-controller *inside the host's network namespace* with the host's resolv.conf and a copy of
-the host's deployed files: the host's network, DNS, config, credentials and seed.
+The driver runs on each serving host, in its vllm_venv, through Ansible with the
+inventory's own connection settings. A plugin may run it elsewhere for a host: the lab runs
+NIXL round trips (its hosts' venv has no NIXL) on the controller *inside the host's network
+namespace* with the host's resolv.conf and a copy of its deployed files.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from deploy_kit.errors import DeployKitError
 from deploy_kit.project import project_dir
 from deploy_kit.render import lmcache_server, names, tls
 from deploy_kit.render.lmcache import render_lmcache_yaml
-from deploy_kit.transport.ssh import run_on
+from deploy_kit.transport.hosts import run_on, sections
 from deploy_kit.verify.model import Finding, Status
 
 DRIVERS = {"s3": "tools/lmcache_roundtrip.py", "nixl": "tools/lmcache_nixl_roundtrip.py"}
@@ -47,9 +47,12 @@ class HostFiles:
     files: dict[str, str]  # deployed path -> content
     resolv: str
     ca_bundle: str = ""  # the host's system CA bundle (deploykit_s3_tls): what awscrt trusts
+    # an LMCache config rendered from the host's settings, which the host itself does not
+    # have (server topology, or a store it does not run): shipped with the driver
+    rendered_config: str | None = None
 
 
-def _read(host: Host, render: bool = False) -> HostFiles:
+def _read(site: Site, host: Host, render: bool = False) -> HostFiles:
     """The host's deployed files; with `render`, its LMCache config is rendered from its
     settings instead (server topology, or a store the host does not run yet)."""
     c = host.config
@@ -60,20 +63,20 @@ def _read(host: Host, render: bool = False) -> HostFiles:
     extra = [tls.SYSTEM_BUNDLE] if c.deploykit_s3_tls else []
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
                        [*env_paths, *paths, "/etc/resolv.conf", *extra])
-    from deploy_kit.transport.ssh import sections
-
-    found = sections(run_on(host, script))
+    found = sections(run_on(site, host, script))
     env = dict(line.split("=", 1) for path in reversed(env_paths)
                for line in found.get(path, "").splitlines()
                if "=" in line and not line.startswith("#"))
     files = {p: found.get(p, "") for p in paths}
+    rendered = None
     if c.lmcache_topology == "server" or render:
         # the in-process connector is what the driver runs: give it the settings this host's
         # settings render (the same bucket, name, region and TLS as its server's L2)
-        files[names.lmcache_config_path(c)] = render_lmcache_yaml(c)
+        rendered = files[names.lmcache_config_path(c)] = render_lmcache_yaml(c)
         env.setdefault("LMCACHE_CONFIG_FILE", names.lmcache_config_path(c))
     return HostFiles(env=env, files=files, resolv=found.get("/etc/resolv.conf", ""),
-                     ca_bundle=found.get(tls.SYSTEM_BUNDLE, "") if extra else "")
+                     ca_bundle=found.get(tls.SYSTEM_BUNDLE, "") if extra else "",
+                     rendered_config=rendered)
 
 
 # A local way to run the driver for a host (the lab: inside the host's network namespace),
@@ -81,7 +84,7 @@ def _read(host: Host, render: bool = False) -> HostFiles:
 LocalDriver = Callable[[Host, HostFiles, dict[str, str], str, list[str]], str | None]
 
 
-def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
+def _run_driver(site: Site, host: Host, deployed: HostFiles, mode: str, seed: str | None,
                 local: LocalDriver | None) -> dict[str, object]:
     if host.geometry is None or host.geometry.mla:
         raise RoundTripError(f"{host.name}: the round trip needs a standard-attention model")
@@ -94,11 +97,8 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
     driver = (project_dir() / DRIVERS[host.config.lmcache_mode]).read_text()
     output = local(host, deployed, env, driver, args) if local else None
     if output is None:
-        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        python = f"{shlex.quote(host.config.vllm_venv)}/bin/python"
-        output = run_on(host, f"cat > /tmp/dk-roundtrip.py <<'DKEOF'\n{driver}\nDKEOF\n"
-                              f"env {exports} {python} /tmp/dk-roundtrip.py "
-                              f"{shlex.join(args)}; rm -f /tmp/dk-roundtrip.py", timeout=600)
+        output = run_on(site, host, remote_script(host, deployed, env, driver, args),
+                        timeout=600)
     lines = [ln for ln in output.splitlines() if ln.startswith("{")]
     if not lines:
         known = next((why for text, why in DRIVER_FAILURES if text in output), None)
@@ -106,6 +106,23 @@ def _run_driver(host: Host, deployed: HostFiles, mode: str, seed: str | None,
                              + (f": {known}" if known else ""), hint=output[-500:])
     result: dict[str, object] = json.loads(lines[-1])
     return result
+
+
+def remote_script(host: Host, deployed: HostFiles, env: dict[str, str], driver: str,
+                  args: list[str]) -> str:
+    """The driver on the host, in its vllm_venv, from a private temporary directory; a
+    rendered LMCache config travels with it. stderr joins stdout: a failing import is
+    what names the cause."""
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
+                       if not (deployed.rendered_config and k == "LMCACHE_CONFIG_FILE"))
+    config = ""
+    if deployed.rendered_config is not None:
+        config = f"cat > \"$d/lmcache.yaml\" <<'DKEOF'\n{deployed.rendered_config}\nDKEOF\n"
+        exports += ' LMCACHE_CONFIG_FILE="$d/lmcache.yaml"'
+    python = f"{shlex.quote(host.config.vllm_venv)}/bin/python"
+    return (f"d=$(mktemp -d) || exit 1\ntrap 'rm -rf \"$d\"' EXIT\n"
+            f"cat > \"$d/driver.py\" <<'DKEOF'\n{driver}\nDKEOF\n{config}"
+            f"env {exports} {python} \"$d/driver.py\" {shlex.join(args)} 2>&1\n")
 
 
 def nixl_object_name(key: str) -> str:
@@ -165,11 +182,11 @@ def roundtrip(site: Site, local: LocalDriver | None = None,
         return [Finding("lmcache-roundtrip", Status.SKIP, "vllm",
                         f"no second serving host in lmcache_mode {a.config.lmcache_mode}")]
     forced = store is not None
-    files_a, files_b = _read(a, forced), _read(b, forced)  # one SSH read per host, 3 runs
-    stored = _run_driver(a, files_a, "store", None, local)
-    fetched = _run_driver(b, files_b, "fetch", None, local)
+    files_a, files_b = _read(site, a, forced), _read(site, b, forced)  # one read per host
+    stored = _run_driver(site, a, files_a, "store", None, local)
+    fetched = _run_driver(site, b, files_b, "fetch", None, local)
     seed = b.config.vllm_python_hash_seed
-    other = _run_driver(b, files_b, "fetch", str(seed + 1), local)
+    other = _run_driver(site, b, files_b, "fetch", str(seed + 1), local)
     keys = [str(k) for k in stored.get("keys", [])]  # type: ignore[attr-defined]
     findings = []
     identical = fetched.get("identical", [])

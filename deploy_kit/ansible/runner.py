@@ -36,6 +36,14 @@ def new_record_dir(verb: str) -> Path:
     return record_dir
 
 
+def ansible_env() -> dict[str, str]:
+    """deploykit's ansible.cfg and collections, this interpreter's ansible-playbook first."""
+    project = project_dir()
+    return {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(project),
+            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+
+
 def run_playbook(request: RunRequest, console: Console,
                  record_dir: Path) -> tuple[RunRecord, Path, int]:
     """Run one playbook; returns the record and the run directory (summary.json inside)."""
@@ -62,9 +70,7 @@ def run_playbook(request: RunRequest, console: Console,
         return True  # True: let ansible-runner keep the event (stats come from it)
 
     project = project_dir()
-    env = {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-           "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(project),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    env = ansible_env()
     with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
         os.chmod(private, 0o700)
         try:

@@ -15,7 +15,7 @@ from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.plan.plan import build_plan
-from deploy_kit.transport.ssh import run_on
+from deploy_kit.transport.hosts import run_on
 
 
 def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
         if client and Path(f"/run/netns/{netns}").exists():
             # the lab: measure from a serving host's network, resolving through its CoreDNS
             etc.mkdir(parents=True, exist_ok=True)
-            (etc / "resolv.conf").write_text(run_on(client, "cat /etc/resolv.conf"))
+            (etc / "resolv.conf").write_text(run_on(site, client, "cat /etc/resolv.conf"))
             argv = ["ip", "netns", "exec", netns, *argv]
         done = subprocess.run(argv, input=json.dumps(job), capture_output=True, text=True,
                               timeout=3600)

@@ -171,35 +171,35 @@ def object_path(key: str) -> str:
     return "/" + urllib.parse.quote(key, safe="/-_.~")
 
 
-def profile_credentials(host: Host) -> Credentials | None:
+def profile_credentials(site: Site, host: Host) -> Credentials | None:
     """The keys of the host's deployed LMCache profile (kept in memory, never printed)."""
     import configparser
     import shlex
 
     from deploy_kit.render import names
-    from deploy_kit.transport.ssh import run_on
+    from deploy_kit.transport.hosts import run_on
 
     c = host.config
     try:
-        text = run_on(host, f"cat {shlex.quote(names.credentials_path(c))} 2>/dev/null")
+        text = run_on(site, host, f"cat {shlex.quote(names.credentials_path(c))} 2>/dev/null")
         parser = configparser.ConfigParser()
         parser.read_string(text)
         section = parser[names.aws_profile(c)]
         return Credentials(section["aws_access_key_id"], section["aws_secret_access_key"])
-    except Exception:  # no file, no section, SSH down (paramiko's errors are no OSError)
+    except Exception:  # no file, no section, host unreachable
         return None
 
 
 class SiteTier:
-    """Restarts over SSH (systemctl); the bucket with a serving host's deployed profile
+    """Restarts through Ansible (systemctl); the bucket with a serving host's deployed profile
     (else the S3 user's keys from RGW)."""
 
     def __init__(self, site: Site, hosts: dict[str, Host], reader: Host) -> None:
         from deploy_kit.cache.store import Bucket, open_bucket
 
-        self.hosts = hosts
+        self.site, self.hosts = site, hosts
         s = site.settings
-        creds = profile_credentials(reader)
+        creds = profile_credentials(site, reader)
         rgw = site.group("rgw")
         if creds is not None and rgw:
             self.bucket = Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
@@ -209,9 +209,9 @@ class SiteTier:
             self.bucket = open_bucket(site)
 
     def restart(self, target: Target) -> None:
-        from deploy_kit.transport.ssh import run_on
+        from deploy_kit.transport.hosts import run_on
 
-        output = run_on(self.hosts[target.name], RESTART, timeout=300)
+        output = run_on(self.site, self.hosts[target.name], RESTART, timeout=300)
         if "__restarted__" not in output:
             raise DeployKitError(f"{target.name}: restarting vllm / lmcache-server failed",
                                  hint=f"systemctl status vllm lmcache-server on {target.name}")
@@ -237,13 +237,12 @@ class SiteTier:
             return sum(pool.map(delete, sorted(keys)))
 
 
-def manifest(hosts: list[Host]) -> dict[str, Any]:
+def manifest(site: Site, hosts: list[Host]) -> dict[str, Any]:
     """vLLM's /version and what is installed on each host (LMCache, vLLM, torch, driver)."""
     from deploy_kit.verify.probes import serving_probe
 
     out: dict[str, Any] = {}
-    for host in hosts:
-        seen = serving_probe.probe(host, [])
+    for host, seen in zip(hosts, serving_probe.probe_all(site, hosts, []), strict=True):
         api = oa.served(host.address, host.config.vllm_port, api_key(host))
         out[host.name] = {"vllm_api_version": api.version, **seen.versions,
                           "accelerator": host.config.vllm_accelerator or "cuda",
@@ -296,7 +295,7 @@ def run(site: Site, site_name: str, lengths: list[int] | None, repeats: int, out
         site=site_name, run_id=run_id, started=now.isoformat(timespec="seconds"), model=a.model,
         hosts={"a": a.name, "b": b.name if b else None}, lengths=chosen, repeats=repeats,
         max_tokens=max_tokens, token_ids=token_ids,
-        manifest=manifest([h for h, _ in answering[:2]]), results=results, purged=purged,
+        manifest=manifest(site, [h for h, _ in answering[:2]]), results=results, purged=purged,
         notes=notes, skipped_cases=skipped)
     return write(doc, out)
 

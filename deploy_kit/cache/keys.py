@@ -1,7 +1,13 @@
 """LMCache object names and their aggregation (pure).
 
-Names are `<model with / as _>@<world size>@<rank>@<chunk hash hex>@<dtype>[@tag%value…]`
-(lmcache/utils.py CacheEngineKey.to_string; the hash may be negative).
+Two layouts share a bucket, one per topology (LMCache 0.5.6):
+- in-process connector (`v1/storage_backend/connector/s3_connector.py`, CacheEngineKey):
+  `<model with / as _>@<world size>@<rank>@<chunk hash hex>@<dtype>[@tag%value…]`
+  (the hash may be negative);
+- LMCache server's S3 L2 adapter (`v1/distributed/l2_adapters/s3_l2_adapter.py`,
+  `_object_key_to_string`): `<model as served>@<kv rank, 8 hex>@<object group hex>@<chunk
+  hash hex>[@<cache salt>]`, no dtype; the kv rank packs world size << 24 | global rank << 16
+  | local world size << 8 | local rank (`v1/distributed/api.py` ComputeKVRank).
 """
 
 from __future__ import annotations
@@ -10,29 +16,40 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
-_KEY = re.compile(r"^(?P<model>[^@]+)@(?P<world>\d+)@(?P<rank>\d+)@(?P<hash>-?[0-9a-f]+)"
-                  r"@(?P<dtype>[A-Za-z0-9_]+)(?:@.*)?$")
+_CONNECTOR_KEY = re.compile(r"^(?P<model>[^@]+)@(?P<world>\d+)@(?P<rank>\d+)"
+                            r"@(?P<hash>-?[0-9a-f]+)@(?P<dtype>[A-Za-z0-9_]+)(?:@.*)?$")
+# eight hex digits in the second field: no world size is written with eight digits, so a
+# server key is never read as a connector key (its salt may look like a dtype)
+_SERVER_KEY = re.compile(r"^(?P<model>[^@]+)@(?P<kv_rank>[0-9a-f]{8})@(?P<group>[0-9a-f]+)"
+                         r"@(?P<hash>[0-9a-f]+)(?:@[^@]+)?$")
+SERVER_DTYPE = "-"  # the server's names carry no dtype
 
 
 @dataclass(frozen=True)
 class CacheKey:
-    model: str  # as stored: '/' replaced by '_'
+    model: str  # as stored: connector keys have '/' replaced by '_'
     world_size: int
     rank: int
     chunk_hash: str
-    dtype: str
+    dtype: str  # SERVER_DTYPE for the server's layout
 
 
 def parse_key(name: str) -> CacheKey | None:
-    m = _KEY.match(name)
+    server = _SERVER_KEY.match(name)
+    if server:
+        kv_rank = int(server["kv_rank"], 16)
+        return CacheKey(server["model"], kv_rank >> 24 & 0xFF, kv_rank >> 16 & 0xFF,
+                        server["hash"], SERVER_DTYPE)
+    m = _CONNECTOR_KEY.match(name)
     if not m:
         return None
     return CacheKey(m["model"], int(m["world"]), int(m["rank"]), m["hash"], m["dtype"])
 
 
-def model_prefix(model: str) -> str:
-    """Key prefix of every object of a model string (`Qwen/Qwen3-8B` → `Qwen_Qwen3-8B@`)."""
-    return model.replace("/", "_") + "@"
+def model_prefixes(model: str) -> list[str]:
+    """Key prefixes of every object of a model string, both layouts
+    (`Qwen/Qwen3-8B` → `Qwen_Qwen3-8B@`, `Qwen/Qwen3-8B@`)."""
+    return list(dict.fromkeys([model.replace("/", "_") + "@", model + "@"]))
 
 
 @dataclass

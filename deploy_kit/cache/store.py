@@ -15,8 +15,8 @@ from deploy_kit.cache.keys import StoredObject
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.render import tls
+from deploy_kit.transport.hosts import TransportError, run_on
 from deploy_kit.transport.sigv4 import Credentials, request
-from deploy_kit.transport.ssh import run_on
 
 
 class CacheError(DeployKitError):
@@ -42,8 +42,12 @@ def open_bucket(site: Site) -> Bucket:
     script = (f"radosgw-admin --conf {shlex.quote(admin[0].config.deploykit_ceph_conf)} user "
               f"info --uid {shlex.quote(s.ceph_rgw_s3_user)}")
     try:
-        info = json.loads(run_on(admin[0], script, timeout=60))
+        info = json.loads(run_on(site, admin[0], script, timeout=60))
         key = info["keys"][0]
+    except TransportError as exc:
+        raise CacheError(f"cannot read the S3 user {s.ceph_rgw_s3_user}: {exc.message}",
+                         hint="is the admin host reachable with the inventory's settings?"
+                         ) from None
     except (ValueError, KeyError, IndexError, OSError) as exc:
         raise CacheError(f"cannot read the S3 user {s.ceph_rgw_s3_user} on {admin[0].name}: "
                          f"{type(exc).__name__}", hint="has `deploykit up` run?") from None
@@ -72,6 +76,13 @@ def canonical_query(params: dict[str, str]) -> str:
 
 def _tag(e: ET.Element) -> str:
     return e.tag.rsplit("}", 1)[-1]
+
+
+def list_model_objects(bucket: Bucket, model: str) -> list[StoredObject]:
+    """Every object of one model string, in either topology's layout."""
+    from deploy_kit.cache.keys import model_prefixes
+
+    return [o for prefix in model_prefixes(model) for o in list_objects(bucket, prefix)]
 
 
 def list_objects(bucket: Bucket, prefix: str = "") -> list[StoredObject]:

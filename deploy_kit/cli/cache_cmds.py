@@ -20,13 +20,14 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
                 as_json: Annotated[bool, typer.Option("--json")] = False,
                 vault_password_file: VaultOpt = None) -> None:
     """Count, bytes and age of cache objects per model / TP×PP / dtype."""
-    from deploy_kit.cache.keys import aggregate, model_prefix
-    from deploy_kit.cache.store import list_objects, open_bucket
+    from deploy_kit.cache.keys import aggregate
+    from deploy_kit.cache.store import list_model_objects, list_objects, open_bucket
     from deploy_kit.config.open import open_site
     from deploy_kit.console import human_bytes
 
     bucket = open_bucket(open_site(inventory, vault_password_file))
-    groups, foreign = aggregate(list_objects(bucket, model_prefix(model) if model else ""))
+    groups, foreign = aggregate(list_model_objects(bucket, model) if model else
+                                list_objects(bucket))
     rows = [{"model": g.model, "world_size": g.world_size, "dtype": g.dtype,
              "objects": g.objects, "chunks": len(g.chunks), "bytes": g.bytes,
              "oldest": g.oldest.isoformat() if g.oldest else None,
@@ -55,12 +56,11 @@ def cache_purge(inventory: InventoryOpt,
                 yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
                 vault_password_file: VaultOpt = None) -> None:
     """Delete every cache object of one model (e.g. between TTFT runs)."""
-    from deploy_kit.cache.keys import model_prefix
-    from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
+    from deploy_kit.cache.store import delete_objects, list_model_objects, open_bucket
     from deploy_kit.config.open import open_site
 
     bucket = open_bucket(open_site(inventory, vault_password_file))
-    objects = list_objects(bucket, model_prefix(model))
+    objects = list_model_objects(bucket, model)
     if not objects:
         console().print(f"no cache objects for {model}")
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
@@ -30,4 +31,6 @@ def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
         problems += more + validate_site(site)
     if problems:
         raise InventoryError(problems)
+    if vault_password_file is not None:
+        site = dataclasses.replace(site, vault_password_file=vault_password_file.resolve())
     return site

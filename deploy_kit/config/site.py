@@ -68,6 +68,8 @@ class Site:
     hosts: dict[str, Host]
     secrets_locked: bool  # vault encrypted and no password given: secret values unknown
     rejected_groups: frozenset[str] = frozenset()  # groups of hosts left out for problems
+    # what Ansible needs to read the inventory's vaulted files when deploykit reaches hosts
+    vault_password_file: Path | None = None
 
     def group(self, name: str) -> list[Host]:
         return [h for h in self.hosts.values() if name in h.groups]
@@ -85,7 +87,7 @@ class Site:
     def limit(self, names: set[str]) -> Site:
         return Site(self.name, self.root, self.hosts_file,
                     {n: h for n, h in self.hosts.items() if n in names}, self.secrets_locked,
-                    self.rejected_groups)
+                    self.rejected_groups, self.vault_password_file)
 
 
 def _fix_for(error: dict[str, Any]) -> str:

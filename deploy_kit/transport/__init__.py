@@ -1,1 +1,1 @@
-"""How deploykit talks to hosts and S3: SSH sessions and SigV4-signed requests."""
+"""How deploykit talks to hosts (through Ansible) and to S3 (SigV4-signed requests)."""

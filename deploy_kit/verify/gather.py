@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 from deploy_kit.config.site import Host, Site
 from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.render import tls
 from deploy_kit.render.storage import lifecycle_rules
+from deploy_kit.transport.hosts import run_many
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
 from deploy_kit.verify.probes import (
@@ -109,12 +110,13 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         tls_jobs = [pool.submit(tls_probe.probe, a, s.deploykit_s3_port,
                                 f"{obs.bucket}.{obs.fqdn}", tls.ca_cert_path(site.root, s))
                     for a in obs.rgw_addresses] if s.deploykit_s3_tls else []
-        admin = site.group("ceph_admin")
-        ceph_job: Future[ceph_probe.CephState] | None = (
-            pool.submit(ceph_probe.probe, admin[0]) if admin else None)
-        site_plan = build_plan(site) if site.group("vllm") else None
-        serving_jobs = [pool.submit(serving_probe.probe, h, names, serving_plan(h, site_plan))
-                        for h in site.group("vllm")]
+        # every read on a host, in one Ansible run beside the network probes
+        admin = site.group("ceph_admin")[:1]
+        serving = site.group("vllm")
+        shell_jobs = [(h, serving_probe.script(h, names)) for h in serving] + \
+            [(a, ceph_probe.script(a)) for a in admin]
+        shell_job = pool.submit(run_many, site, shell_jobs, ceph_probe.TIMEOUT)
+        site_plan = build_plan(site) if serving else None
         cache_job = pool.submit(cache_probe.probe, site.group("vllm"))
         consul_job = None
         if obs.consul is not None:
@@ -125,12 +127,15 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.tls = [j.result() for j in tls_jobs]
-        obs.serving = [j.result() for j in serving_jobs]
+        shell = shell_job.result()
+        obs.serving = [serving_probe.from_result(h, r, serving_plan(h, site_plan))
+                       for h, r in zip(serving, shell, strict=False)]
         obs.cache = cache_job.result()
         if consul_job is not None:
             obs.consul = consul_job.result()
-        if ceph_job is not None:
-            obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = ceph_job.result()
+        if admin:
+            obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = \
+                ceph_probe.parse(admin[0], shell[-1])
         obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site))
     return obs
 

@@ -15,13 +15,14 @@ from deploy_kit.roundtrip import HostFiles
 
 def run_in_lab_netns(host: Host, deployed: HostFiles, env: dict[str, str], driver: str,
                      args: list[str]) -> str | None:
-    """The driver's output, or None where the host is no lab host (then SSH is used).
-    One venv for both stores, the hosts' own lock plus NIXL (deploykit_lab.driver_venv),
-    built on the first round trip (about 3 minutes) and cached."""
+    """The driver's output, or None to run it on the host through Ansible like any fleet.
+    Only NIXL needs this: the lab hosts' venv has LMCache (their lock) but not NIXL, so a
+    NIXL round trip runs from a controller venv, the hosts' lock plus NIXL
+    (deploykit_lab.driver_venv, built on first use, about 3 minutes, then cached)."""
     from deploykit_lab.driver_venv import ensure_driver_venv
 
     netns = f"dklab-{host.name}"
-    if not Path(f"/run/netns/{netns}").exists():
+    if host.config.lmcache_mode != "nixl" or not Path(f"/run/netns/{netns}").exists():
         return None
     return _run_in_netns(netns, ensure_driver_venv(), deployed, env, driver, args)
 

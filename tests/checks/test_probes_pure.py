@@ -16,7 +16,8 @@ from deploy_kit.verify.doctor import diagnose
 from deploy_kit.verify.gather import serving_plan
 from deploy_kit.verify.model import UnitState
 from deploy_kit.verify.probes.s3_probe import parse_lifecycle
-from deploy_kit.verify.probes.serving_probe import exec_argv, parse, probe
+from deploy_kit.verify.probes.serving_probe import exec_argv, parse, probe_all
+from tests.local_site import local_site
 
 
 def test_sigv4_matches_botocore(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -135,10 +136,11 @@ def test_probe_output_parsed_into_observations() -> None:
     assert absent.devices is None and absent.shm_bytes is None
 
 
-def test_probe_script_runs_here_and_reports_what_this_machine_has() -> None:
-    """The real script through the local transport: every section is an observation of this
-    controller (no vLLM here), nothing is filled in."""
-    seen = probe(_host(vllm_venv="/nonexistent/venv"), [])
+def test_probe_script_runs_here_and_reports_what_this_machine_has(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The real script through Ansible's local connection: every section is an observation
+    of this controller (no vLLM here), nothing is filled in."""
+    host = _host(vllm_venv="/nonexistent/venv")
+    [seen] = probe_all(local_site(tmp_path, [host]), [host], [])
     assert seen.reachable, seen.error
     assert seen.venv_python is False and seen.versions == {}
     assert seen.units["vllm"].active in ("inactive", "unknown", "failed")

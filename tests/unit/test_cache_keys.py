@@ -1,6 +1,12 @@
 from datetime import UTC, datetime
 
-from deploy_kit.cache.keys import StoredObject, aggregate, model_prefix, parse_key
+from deploy_kit.cache.keys import (
+    SERVER_DTYPE,
+    StoredObject,
+    aggregate,
+    model_prefixes,
+    parse_key,
+)
 from deploy_kit.cache.store import canonical_query
 
 
@@ -24,7 +30,26 @@ def test_aggregate_groups_by_model_tp_dtype() -> None:
     assert [o.key for o in foreign] == ["other"]
 
 
+def test_server_topology_names_parse_with_world_size_and_rank_from_the_kv_rank() -> None:
+    """LMCache server's S3 L2 names: model as served, kv rank packed in 8 hex digits
+    (TP=4 PP=2, global rank 5: 0x08050401), object group, sha256 hex, optional salt."""
+    digest = "9f" * 32
+    key = parse_key(f"/var/cache/deploykit/model-lab@08050401@0@{digest}")
+    assert key is not None
+    assert (key.model, key.world_size, key.rank, key.chunk_hash, key.dtype) == \
+        ("/var/cache/deploykit/model-lab", 8, 5, digest, SERVER_DTYPE)
+    salted = parse_key(f"Qwen/Qwen3-8B@01000100@1@{digest}@bfloat16")  # salt, not a dtype
+    assert salted is not None and salted.world_size == 1 and salted.dtype == SERVER_DTYPE
+    assert parse_key("M@0800@0@aa") is None  # too few hex digits for a kv rank
+    groups, foreign = aggregate([
+        StoredObject(f"M@01000000@0@{digest}", 7, datetime(2026, 1, 1, tzinfo=UTC)),
+        StoredObject("M@1@0@aa@bfloat16", 5, datetime(2026, 1, 1, tzinfo=UTC))])
+    assert [(g.model, g.world_size, g.dtype, g.bytes) for g in groups] == \
+        [("M", 1, SERVER_DTYPE, 7), ("M", 1, "bfloat16", 5)] and not foreign
+
+
 def test_model_prefix_and_canonical_query() -> None:
-    assert model_prefix("Qwen/Qwen3-8B") == "Qwen_Qwen3-8B@"
+    assert model_prefixes("Qwen/Qwen3-8B") == ["Qwen_Qwen3-8B@", "Qwen/Qwen3-8B@"]
+    assert model_prefixes("local-model") == ["local-model@"]
     assert canonical_query({"prefix": "Qwen_Qwen3-8B@", "list-type": "2"}) == \
         "list-type=2&prefix=Qwen_Qwen3-8B%40"

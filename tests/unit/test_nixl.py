@@ -134,7 +134,7 @@ def test_forced_nixl_round_trip_runs_the_nixl_driver_and_judges_it(
     import deploy_kit.roundtrip as rt
 
     site = open_site(str(make_inventory()))  # two serving hosts: gpu1, gpu2
-    monkeypatch.setattr(rt, "_read", lambda host, render=False: rt.HostFiles(
+    monkeypatch.setattr(rt, "_read", lambda site, host, render=False: rt.HostFiles(
         env={}, files={}, resolv=""))
     ran, driver = _fake_driver(stored, hits)
     findings = {f.check: f for f in run_roundtrip(site, driver, store="nixl")}
@@ -150,7 +150,7 @@ def test_a_driver_that_cannot_load_the_obj_plugin_says_why(
     import deploy_kit.roundtrip as rt
 
     site = open_site(str(make_inventory()))
-    monkeypatch.setattr(rt, "_read", lambda host, render=False: rt.HostFiles(
+    monkeypatch.setattr(rt, "_read", lambda site, host, render=False: rt.HostFiles(
         env={}, files={}, resolv=""))
     log = ("E1203 nixl_agent.cpp:334] createBackend: unsupported backend 'OBJ'\n"
            "nixl_cu13._bindings.nixlNotFoundError: NIXL_ERR_NOT_FOUND\n")

@@ -6,20 +6,24 @@ import json
 import shlex
 from typing import Any
 
-from deploy_kit.config.site import Host
-from deploy_kit.transport.ssh import run_on, sections
+from deploy_kit.config.site import Host, Site
+from deploy_kit.transport.hosts import ShellResult, run_many, sections
 
 CephState = tuple[list[dict[str, Any]] | None, int | None, str | None, str | None]
+TIMEOUT = 60
 
 
-def probe(admin: Host) -> CephState:
+def script(admin: Host) -> str:
     conf = shlex.quote(admin.config.deploykit_ceph_conf)
     # `echo` before each marker: Ceph's JSON output has no trailing newline
-    script = (f"echo '### pools'; ceph --conf {conf} osd pool ls detail -f json; "
-              f"echo; echo '### status'; ceph --conf {conf} -s -f json; "
-              f"echo; echo '### version'; ceph --conf {conf} version")
+    return (f"echo '### pools'; ceph --conf {conf} osd pool ls detail -f json; "
+            f"echo; echo '### status'; ceph --conf {conf} -s -f json; "
+            f"echo; echo '### version'; ceph --conf {conf} version")
+
+
+def parse(admin: Host, result: ShellResult) -> CephState:
     try:
-        s = sections(run_on(admin, script, timeout=60))
+        s = sections(result.text())
         pools = json.loads(s["pools"])
         status = json.loads(s["status"])
         daemons = status.get("servicemap", {}).get("services", {}).get("rgw", {}).get(
@@ -28,3 +32,7 @@ def probe(admin: Host) -> CephState:
         return pools, count, s.get("version", "").strip() or None, None
     except Exception as exc:
         return None, None, None, f"ceph on {admin.name}: {type(exc).__name__}: {exc}"
+
+
+def probe(site: Site, admin: Host) -> CephState:
+    return parse(admin, run_many(site, [(admin, script(admin))], TIMEOUT)[0])

@@ -9,9 +9,9 @@ from typing import Any
 
 import yaml
 
-from deploy_kit.config.site import Host
+from deploy_kit.config.site import Host, Site
 from deploy_kit.render import lmcache_server, names
-from deploy_kit.transport.ssh import run_on, sections
+from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import ServingHost, ServingPlan, ShmSegment, UnitState
 from deploy_kit.verify.model import argv_flag as _flag
 
@@ -200,12 +200,19 @@ def parse(host: Host, output: str) -> ServingHost:
     return observed
 
 
-def probe(host: Host, lookups: list[str], plan: ServingPlan | None = None) -> ServingHost:
+def from_result(host: Host, result: ShellResult, plan: ServingPlan | None = None) -> ServingHost:
+    """What the host's script printed, or an unreachable host: a finding, not a crash."""
     try:
-        observed = parse(host, run_on(host, script(host, lookups)))
-    except Exception as exc:  # an unreachable host is a finding, not a crash
-        observed = ServingHost(name=host.name, address=host.address, reachable=False,
-                               error=f"{type(exc).__name__}: {exc}")
+        seen = parse(host, result.text())
+    except Exception as exc:
+        seen = ServingHost(name=host.name, address=host.address, reachable=False,
+                           error=f"{type(exc).__name__}: {exc}")
     if plan is not None:
-        observed.plan = plan
-    return observed
+        seen.plan = plan
+    return seen
+
+
+def probe_all(site: Site, hosts: list[Host], lookups: list[str]) -> list[ServingHost]:
+    """Every host's read in one Ansible run."""
+    results = run_many(site, [(h, script(h, lookups)) for h in hosts])
+    return [from_result(h, r) for h, r in zip(hosts, results, strict=True)]

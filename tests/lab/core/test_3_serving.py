@@ -74,3 +74,28 @@ def test_stopped_vllm_fails_verify_naming_the_host(converged: Lab) -> None:
         # the LMCache server dropped the stopped vLLM's KV registration; start both fresh
         converged.ssh(address, "systemctl restart lmcache-server && systemctl start vllm")
         wait_healthy(address, timeout=600)
+
+
+def test_readme_verbs_work_after_a_plain_converge(converged: Lab) -> None:
+    """`verify --roundtrip` and `cache stats|purge` as a user runs them after `make lab`: the
+    driver runs on the serving hosts themselves through Ansible (their venv, no controller
+    venv), and the server topology's object names are counted, not called foreign."""
+    result = converged.deploykit("verify", "--inventory", "lab", "--roundtrip", "--json",
+                                 "--check", "s3-credentials-valid")
+    findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    trip = findings["lmcache-roundtrip"]
+    assert trip["status"] == "pass" and trip["target"] == "lab3 → lab4", trip
+    assert "hit 2/2, byte-identical" in trip["message"], trip
+    assert findings["lmcache-seed-mismatch"]["status"] == "pass"
+
+    model = str(lab_model())
+    stats = json.loads(converged.deploykit("cache", "stats", "-i", "lab", "--json").stdout)
+    layouts = {g["dtype"] for g in stats["groups"] if g["model"] in (model,
+                                                                     model.replace("/", "_"))}
+    # the remote-hit test stored through the LMCache servers, the round trip through the
+    # in-process connector: both layouts of one model, and nothing left unexplained
+    assert layouts == {"-", "bfloat16"}, stats
+    assert stats["other_objects"] == 0, stats
+    converged.deploykit("cache", "purge", "-i", "lab", "--model", model, "--yes")
+    after = json.loads(converged.deploykit("cache", "stats", "-i", "lab", "--json").stdout)
+    assert after["groups"] == [], after

@@ -9,14 +9,12 @@ import json
 
 import pytest
 
-from deploykit_lab.driver_venv import ensure_driver_venv
 from tests.lab.conftest import Lab, chunk_bytes, lab_model
 
 pytestmark = pytest.mark.lab
 
 
 def test_roundtrip_hit_identical_and_seed_mismatch_miss(converged: Lab) -> None:
-    ensure_driver_venv()
     result = converged.deploykit("verify", "--inventory", "lab", "--roundtrip", "--json",
                                  "--check", "s3-credentials-valid")
     findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
