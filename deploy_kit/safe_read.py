@@ -100,6 +100,18 @@ class StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+class VaultText(str):
+    """An inline `!vault |` value (what `ansible-vault encrypt_string` writes): the
+    ciphertext, decrypted by the inventory loader when a password is given."""
+
+
+def _vault_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> VaultText:
+    return VaultText(loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+StrictLoader.add_constructor("!vault", _vault_constructor)
+
+
 def check_structure(data: Any) -> str | None:
     """Why `data` cannot be used (a cycle, too deep, an alias bomb), or None."""
     sizes: dict[int, int] = {}

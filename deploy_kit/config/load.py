@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from deploy_kit.errors import InventoryError, Problem
-from deploy_kit.safe_read import UnreadableFile, load_yaml, read_text
+from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
 VAULT_HEADER = "$ANSIBLE_VAULT"
@@ -38,6 +38,9 @@ class RawInventory:
     vault_files: set[str]  # vault-encrypted files: the only place a secret may be written
     locked_vault_files: list[str]  # encrypted, no password given: their values are unknown
     plain_vault_files: set[str] = field(default_factory=set)  # vault*.yml not encrypted
+    # (file, key) of inline `!vault` values: encrypted where they are written
+    vaulted_keys: set[tuple[str, str]] = field(default_factory=set)
+    source: Path | None = None  # what Ansible's -i gets (a file inventory); None: root
     problems: list[Problem] = field(default_factory=list)  # load_inventory(collect=True)
     hosts_file_broken: bool = False  # hosts.yml unreadable: no host list to validate
     broken_groups: set[str] = field(default_factory=set)  # groups whose hosts: did not load
@@ -56,7 +59,8 @@ def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
 
 
 def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
-               locked: list[str], encrypted: set[str] | None = None) -> Any:
+               locked: list[str], encrypted: set[str] | None = None,
+               vaulted: set[tuple[str, str]] | None = None) -> Any:
     try:
         text = read_text(path)
     except UnreadableFile as exc:
@@ -87,17 +91,42 @@ def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
         problems.append(Problem(str(path), key, f"defined twice in one mapping (line {line}; "
                                 "YAML keeps the last one silently)",
                                 "keep one definition"))
+    if isinstance(data, dict):
+        data = _open_inline_vault(data, path, vault_password, problems, locked, vaulted)
     return data if data is not None else {}
 
 
-def _decrypt(text: str, password: str, path: Path, problems: list[Problem]) -> str:
+def _open_inline_vault(data: dict[str, Any], path: Path, vault_password: str | None,
+                       problems: list[Problem], locked: list[str],
+                       vaulted: set[tuple[str, str]] | None) -> dict[str, Any]:
+    """`key: !vault |` values, at any depth (hosts.yml holds host and group vars):
+    decrypted and remembered as vaulted; without a password the key is left out, like a
+    locked vault file (its value is unknown)."""
+    opened: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            opened[key] = _open_inline_vault(value, path, vault_password, problems, locked,
+                                             vaulted)
+        elif not isinstance(value, VaultText):
+            opened[key] = value
+        elif vault_password is None:
+            locked.append(f"{path}: {key}")
+        else:
+            opened[key] = _decrypt(str(value), vault_password, path, problems, key=str(key))
+            if vaulted is not None:
+                vaulted.add((str(path), str(key)))
+    return opened
+
+
+def _decrypt(text: str, password: str, path: Path, problems: list[Problem],
+             key: str = "vault") -> str:
     from ansible.parsing.vault import VaultLib, VaultSecret  # heavy import: only when needed
 
     try:
         vault = VaultLib([("default", VaultSecret(password.encode()))])
         return str(vault.decrypt(text).decode())
     except Exception:  # ansible raises several types for a bad password or file
-        problems.append(Problem(str(path), "vault", "cannot decrypt",
+        problems.append(Problem(str(path), key, "cannot decrypt",
                                 "check --vault-password-file"))
         return ""
 
@@ -225,18 +254,50 @@ def _walk_group(name: str, node: Any, depth: int, parents: list[str],
                      depths, hosts_file, problems, broken)
 
 
+def yaml_hosts_file(path: Path) -> Path | None:
+    """The static YAML inventory deploykit reads itself (precise `file: key` messages):
+    a directory's hosts.yml, or a `*.yml` file whose top level is `all:` (kubespray's
+    `-i inventory/prod/hosts.yml`). None: another kind Ansible reads (INI, script, plugin)."""
+    if path.is_dir():
+        return next((path / f for f in INVENTORY_FILES if (path / f).is_file()), None)
+    if path.suffix not in (".yml", ".yaml") or not path.is_file():
+        return None
+    try:
+        head = read_text(path)
+    except UnreadableFile:
+        return path  # deploykit's loader reports it, naming the file
+    # an inventory plugin's config (`plugin: …`) is Ansible's to read
+    first_keys = {line.split(":", 1)[0].strip() for line in head.splitlines()
+                  if line and not line[0].isspace() and not line.startswith(("#", "-"))}
+    return None if "plugin" in first_keys else path
+
+
 def load_inventory(path: Path, vault_password: str | None = None, *,
                    collect: bool = False) -> RawInventory:
     """Read the inventory; with collect=True problems are returned in RawInventory.problems
-    (so the caller can add the problems of the files that did load) instead of raised."""
-    hosts_file = next((path / f for f in INVENTORY_FILES if (path / f).is_file()), None)
-    if hosts_file is None:
+    (so the caller can add the problems of the files that did load) instead of raised.
+    A static YAML inventory is read here; any other source Ansible accepts (INI, an
+    inventory script, a plugin config, a directory of those) through Ansible's own API."""
+    hosts_file = yaml_hosts_file(path)
+    if hosts_file is None and path.is_dir() and not [
+            p for p in path.iterdir() if p.name not in ("group_vars", "host_vars")
+            and not p.name.startswith(".")]:
         raise InventoryError([Problem(str(path), "hosts.yml", "missing",
                                       "write an Ansible YAML inventory at hosts.yml")])
+    if hosts_file is None:
+        from deploy_kit.config.ansible_inventory import load_with_ansible
+
+        raw = load_with_ansible(path, vault_password)
+        if raw.problems and not collect:
+            raise InventoryError(raw.problems)
+        return raw
+    inventory_source = path
+    path = hosts_file.parent  # group_vars/ and host_vars/ beside the hosts file, as Ansible
     problems: list[Problem] = []
     locked: list[str] = []
     encrypted: set[str] = set()
-    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted)
+    vaulted: set[tuple[str, str]] = set()
+    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted, vaulted)
     hosts_file_broken = bool(problems)
     hosts: dict[str, RawHost] = {}
     inline_group_vars: dict[str, tuple[dict[str, Any], str]] = {}
@@ -258,7 +319,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
 
     def read_vars(f: Path) -> dict[str, Any]:
         if f not in file_cache:
-            data = _read_yaml(f, vault_password, problems, locked, encrypted)
+            data = _read_yaml(f, vault_password, problems, locked, encrypted, vaulted)
             if str(f) not in encrypted and f.stem.startswith("vault"):
                 plain_vault_files.add(str(f))
             if not isinstance(data, dict):
@@ -300,7 +361,8 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
     return RawInventory(root=path, hosts_file=hosts_file, hosts=hosts, group_depth=depths,
                         vault_files=set(encrypted), locked_vault_files=sorted(set(locked)),
                         plain_vault_files=plain_vault_files, problems=problems,
-                        hosts_file_broken=hosts_file_broken, broken_groups=broken_groups)
+                        hosts_file_broken=hosts_file_broken, broken_groups=broken_groups,
+                        vaulted_keys=vaulted, source=inventory_source)
 
 _SIMPLE_REF = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _ENV_REF = re.compile(

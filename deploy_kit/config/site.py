@@ -70,6 +70,12 @@ class Site:
     rejected_groups: frozenset[str] = frozenset()  # groups of hosts left out for problems
     # what Ansible needs to read the inventory's vaulted files when deploykit reaches hosts
     vault_password_file: Path | None = None
+    # what Ansible's -i gets: the directory (root), or the inventory file or script
+    source: Path | None = None
+
+    @property
+    def inventory_source(self) -> Path:
+        return self.source or self.root
 
     def group(self, name: str) -> list[Host]:
         return [h for h in self.hosts.values() if name in h.groups]
@@ -87,7 +93,7 @@ class Site:
     def limit(self, names: set[str]) -> Site:
         return Site(self.name, self.root, self.hosts_file,
                     {n: h for n, h in self.hosts.items() if n in names}, self.secrets_locked,
-                    self.rejected_groups, self.vault_password_file)
+                    self.rejected_groups, self.vault_password_file, self.source)
 
 
 def _fix_for(error: dict[str, Any]) -> str:
@@ -173,7 +179,7 @@ def _secret_origin(key: str, value: Any, rh: Any, raw: RawInventory, hosts_file:
             return None, False, None  # a locked vault (or Ansible) defines it at run time
         value = rh.vars[name]
         src = rh.sources.get(name, hosts_file)
-    if src in raw.vault_files:
+    if src in raw.vault_files or (src, name) in raw.vaulted_keys:
         return value, True, None
     where = "in a file that is not vault-encrypted" if src in raw.plain_vault_files else \
         "inline"
@@ -285,5 +291,6 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                            connection=connection)
     site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
                 secrets_locked=bool(raw.locked_vault_files),
-                rejected_groups=frozenset(rejected | raw.broken_groups))
+                rejected_groups=frozenset(rejected | raw.broken_groups),
+                source=raw.source or raw.root)
     return site, problems

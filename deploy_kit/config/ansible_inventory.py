@@ -1,0 +1,141 @@
+"""Any inventory Ansible accepts, read through Ansible's own inventory API: INI files,
+inventory scripts, plugin configs (AWX/AAP job inventories), directories of those.
+
+Ansible resolves groups, group_vars/host_vars beside the source and vault (whole files and
+inline `!vault` values); deploykit's typed model then validates the result as for its own
+YAML inventories. Every value keeps the file Ansible read it from (ansible-core 2.19 tags
+each value with its origin), so problems still name file and key.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from deploy_kit.config.load import VAULT_HEADER, RawHost, RawInventory, name_problem
+from deploy_kit.errors import Problem
+
+# What VariableManager adds beside the inventory's own variables
+MAGIC = frozenset({
+    "ansible_check_mode", "ansible_config_file", "ansible_dependent_role_names",
+    "ansible_diff_mode", "ansible_facts", "ansible_forks", "ansible_inventory_sources",
+    "ansible_play_batch", "ansible_play_hosts", "ansible_play_hosts_all",
+    "ansible_play_role_names", "ansible_playbook_python", "ansible_role_names",
+    "ansible_run_tags", "ansible_search_path", "ansible_skip_tags", "ansible_verbosity",
+    "ansible_version", "group_names", "groups", "hostvars", "inventory_dir", "inventory_file",
+    "inventory_hostname", "inventory_hostname_short", "omit", "play_hosts", "playbook_dir",
+    "role_names"})
+
+
+class _Locked(Exception):
+    """An inline vault value and no password: its value is unknown."""
+
+
+@cache
+def _plugins_ready() -> None:
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+
+
+def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    from ansible.vars.manager import VariableManager
+
+    _plugins_ready()
+    root = source if source.is_dir() else source.parent
+    secrets = [("default", VaultSecret(vault_password.encode()))] if vault_password else []
+    loader = DataLoader()
+    loader.set_vault_secrets(secrets)
+    vault = VaultLib(secrets)
+    problems: list[Problem] = []
+    hosts: dict[str, RawHost] = {}
+    raw = RawInventory(root=root, hosts_file=source, hosts=hosts, group_depth={},
+                       vault_files=set(), locked_vault_files=[], problems=problems,
+                       source=source)
+    try:
+        inventory = InventoryManager(loader=loader, sources=[str(source)])
+        variables = VariableManager(loader=loader, inventory=inventory)
+        found = inventory.get_hosts()
+        if not found:
+            problems.append(Problem(str(source), "(inventory)", "Ansible found no host in it",
+                                    f"check it with `ansible-inventory -i {source} --graph`"))
+            raw.hosts_file_broken = True
+            return raw
+        for host in found:
+            problem = name_problem(host.name)
+            if problem:
+                problems.append(Problem(str(source), host.name, problem, "rename the host"))
+                continue
+            entry = RawHost(name=host.name, groups={g.name for g in host.get_groups()}
+                            - {"all", "ungrouped"})
+            for key, value in variables.get_vars(host=host, include_hostvars=False).items():
+                if key in MAGIC:
+                    continue
+                origin = _origin(value) or str(source)
+                try:
+                    entry.vars[key], vaulted = _plain(value, vault)
+                except _Locked:
+                    raw.locked_vault_files.append(f"{origin}: {key}")
+                    continue
+                entry.sources[key] = origin
+                if vaulted:
+                    raw.vaulted_keys.add((origin, key))
+            hosts[host.name] = entry
+        raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
+    except AnsibleError as exc:
+        message = str(getattr(exc, "message", exc)).splitlines()[0]
+        fix = "pass --vault-password-file" if "vault" in message.lower() else \
+            f"check it with `ansible-inventory -i {source} --list`"
+        problems.append(Problem(str(source), "(inventory)", f"Ansible: {message}", fix))
+        raw.hosts_file_broken = True
+        return raw
+    # a whole-file vault is decrypted by Ansible: its values count as vaulted
+    raw.vault_files = {origin for h in hosts.values() for origin in h.sources.values()
+                       if _encrypted_file(origin)}
+    return raw
+
+
+def _origin(value: Any) -> str | None:
+    """The file Ansible read a value from (ansible-core 2.19's Origin tag), if known."""
+    try:
+        from ansible.module_utils._internal._datatag import AnsibleTagHelper
+    except ImportError:  # older ansible-core: no origin tags
+        return None
+    for tag in AnsibleTagHelper.tags(value):
+        path = getattr(tag, "path", None)
+        if path:
+            return str(path)
+    return None
+
+
+def _plain(value: Any, vault: Any) -> tuple[Any, bool]:
+    """(value as plain JSON types, whether an inline vault value was decrypted in it)."""
+    vaulted = False
+
+    def decrypt(obj: Any) -> Any:
+        nonlocal vaulted
+        ciphertext = getattr(obj, "_ciphertext", None)
+        if ciphertext is None:
+            return str(obj)  # a date, a tagged scalar JSON does not know
+        if not vault.secrets:
+            raise _Locked
+        vaulted = True
+        text = ciphertext if isinstance(ciphertext, bytes) else str(ciphertext).encode()
+        return vault.decrypt(text).decode()
+
+    return json.loads(json.dumps(value, default=decrypt)), vaulted
+
+
+@cache
+def _encrypted_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(VAULT_HEADER)) == VAULT_HEADER.encode()
+    except OSError:
+        return False
