@@ -63,7 +63,7 @@ def _read(site: Site, host: Host, render: bool = False) -> HostFiles:
     extra = [tls.SYSTEM_BUNDLE] if c.deploykit_s3_tls else []
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
                        [*env_paths, *paths, "/etc/resolv.conf", *extra])
-    found = sections(run_on(site, host, script))
+    found = sections(run_on(site, host, script, check=False))  # missing files: empty
     env = dict(line.split("=", 1) for path in reversed(env_paths)
                for line in found.get(path, "").splitlines()
                if "=" in line and not line.startswith("#"))
@@ -89,7 +89,9 @@ def _run_driver(site: Site, host: Host, deployed: HostFiles, mode: str, seed: st
     if host.geometry is None or host.geometry.mla:
         raise RoundTripError(f"{host.name}: the round trip needs a standard-attention model")
     g = host.geometry
-    args = [mode, host.config.vllm_model, str(g.num_layers), str(g.num_kv_heads),
+    # the name vLLM gives LMCache on the host (the staged path for a local model), so the
+    # driver's keys are the ones the serving host writes
+    args = [mode, host.config.model_path_on_host, str(g.num_layers), str(g.num_kv_heads),
             str(g.head_dim), str(TOKENS)]
     env = dict(deployed.env)
     if seed is not None:
@@ -97,8 +99,9 @@ def _run_driver(site: Site, host: Host, deployed: HostFiles, mode: str, seed: st
     driver = (project_dir() / DRIVERS[host.config.lmcache_mode]).read_text()
     output = local(host, deployed, env, driver, args) if local else None
     if output is None:
+        # a failing driver's output (2>&1) is what names the cause: read it whatever the exit
         output = run_on(site, host, remote_script(host, deployed, env, driver, args),
-                        timeout=600)
+                        timeout=600, check=False)
     lines = [ln for ln in output.splitlines() if ln.startswith("{")]
     if not lines:
         known = next((why for text, why in DRIVER_FAILURES if text in output), None)
@@ -133,7 +136,7 @@ def nixl_object_name(key: str) -> str:
 
 def _names_finding(host: Host, result: Mapping[str, object]) -> Finding:
     keys = [str(k) for k in result.get("keys", [])]  # type: ignore[attr-defined]
-    prefix = host.config.vllm_model + "@1@0@"
+    prefix = host.config.model_path_on_host + "@1@0@"
     well_formed = bool(keys) and all(k.startswith(prefix) and k.endswith("@bfloat16")
                                      for k in keys)
     if host.config.lmcache_mode == "nixl":

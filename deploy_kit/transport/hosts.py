@@ -50,11 +50,17 @@ class ShellResult:
     stdout: str = ""
     rc: int | None = None
     error: str | None = None  # unreachable, timed out: the script's output is not there
+    stderr: str = ""
 
-    def text(self) -> str:
-        """stdout, or TransportError naming the host and Ansible's reason."""
+    def text(self, check: bool = True) -> str:
+        """stdout; TransportError naming the host and Ansible's reason when the script could
+        not run, or (with `check`) when it exited non-zero."""
         if self.error is not None:
             raise TransportError(f"{self.host}: {self.error}")
+        if check and self.rc not in (0, None):
+            last = next((ln for ln in reversed(self.stderr.splitlines()) if ln.strip()), "")
+            raise TransportError(f"{self.host}: the script exited {self.rc}"
+                                 + (f": {last.strip()[:300]}" if last else ""))
         return self.stdout
 
 
@@ -73,13 +79,14 @@ def run_many(site: Site, jobs: Sequence[tuple[Host, str]],
         "deploykit_shell_scripts": [base64.b64encode(s.encode()).decode() for _, s in jobs],
         "deploykit_shell_timeout": max(1, int(timeout)),
     }
-    outcome = _run(site, variables)
+    outcome = _run(site, variables, len(per_host))
     results = []
     for index, (host, _script) in enumerate(jobs):
         item = outcome.items.get(index)
         if item is not None:
             results.append(ShellResult(host.name, str(item.get("stdout", "")),
-                                       item.get("rc"), _item_error(item)))
+                                       item.get("rc"), _item_error(item),
+                                       str(item.get("stderr", ""))))
         else:
             reason = outcome.host_errors.get(host.name) or \
                 f"Ansible returned no result ({outcome.status})"
@@ -87,9 +94,10 @@ def run_many(site: Site, jobs: Sequence[tuple[Host, str]],
     return results
 
 
-def run_on(site: Site, host: Host, script: str, timeout: float = 60.0) -> str:
-    """One script on one host: its stdout, or TransportError."""
-    return run_many(site, [(host, script)], timeout)[0].text()
+def run_on(site: Site, host: Host, script: str, timeout: float = 60.0,
+           check: bool = True) -> str:
+    """One script on one host: its stdout, or TransportError (see ShellResult.text)."""
+    return run_many(site, [(host, script)], timeout)[0].text(check)
 
 
 def sections(output: str) -> dict[str, str]:
@@ -118,13 +126,26 @@ class _Outcome:
 
 def _item_error(item: dict[str, Any]) -> str | None:
     # failed_when: false keeps a script's own non-zero exit a result; what is left is
-    # Ansible failing to run it at all (a missing shell, a become failure)
-    if item.get("rc") is None and item.get("msg"):
-        return str(item["msg"])
-    return None
+    # Ansible failing to run the module at all (no usable Python on the host, a become
+    # failure, a missing shell): then the result has no `cmd`
+    if "cmd" in item:
+        return None
+    message = str(item.get("msg") or "Ansible could not run its shell module")
+    detail = next((ln.strip() for ln in str(item.get("module_stderr", "")).splitlines()
+                   if ln.strip()), "")
+    if detail:
+        message += f": {detail[:300]}"
+    if "python" in message.lower() or "interpreter" in message.lower():
+        message += " (set ansible_python_interpreter for this host)"
+    return message
 
 
-def _run(site: Site, variables: dict[str, Any]) -> _Outcome:
+# reads are light: more hosts at once than a converge's forks (ansible.cfg), unless the
+# operator set ANSIBLE_FORKS
+READ_FORKS = 32
+
+
+def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
     import ansible_runner
 
     from deploy_kit.ansible.runner import ansible_env
@@ -144,7 +165,8 @@ def _run(site: Site, variables: dict[str, Any]) -> _Outcome:
             host_errors[host] = _reason(res, unreachable=kind == "runner_on_unreachable")
         return False  # keep nothing on disk: outputs may hold a host's S3 keys
 
-    cmdline = []
+    cmdline = [] if "ANSIBLE_FORKS" in os.environ else ["--forks",
+                                                        str(max(1, min(hosts, READ_FORKS)))]
     if site.vault_password_file is not None:
         cmdline += ["--vault-password-file", str(site.vault_password_file)]
     with tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
@@ -157,7 +179,7 @@ def _run(site: Site, variables: dict[str, Any]) -> _Outcome:
         cmdline += ["-e", f"@{extra}"]
         result = ansible_runner.run(
             private_data_dir=private, playbook=str(root / "play.yml"),
-            inventory=str(site.root), cmdline=" ".join(cmdline), envvars=ansible_env(),
+            inventory=str(site.inventory_source), cmdline=" ".join(cmdline), envvars=ansible_env(),
             quiet=True, event_handler=on_event, rotate_artifacts=1, suppress_env_files=True)
     return _Outcome(items, host_errors, str(result.status))
 

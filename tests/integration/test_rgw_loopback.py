@@ -71,8 +71,10 @@ def _inventory(root: Path, conf: Path) -> Path:
     """A site whose admin host is this machine and whose one gateway is the loopback RGW
     (the other groups are named but never contacted by what these tests run)."""
     hosts = {"all": {"children": {
+        # the interpreter set as on any managed host: discovery here can find a pyenv shim
         "ceph_admin": {"hosts": {"adm": {"ansible_host": "127.0.0.1",
-                                         "ansible_connection": "local"}}},
+                                         "ansible_connection": "local",
+                                         "ansible_python_interpreter": sys.executable}}},
         "rgw": {"hosts": {"rgw1": {"ansible_host": ADDRESS}}},
         "consul_servers": {"hosts": {"c1": {"ansible_host": "10.255.0.21"}}},
         "dns": {"hosts": {"dns1": {"ansible_host": "10.255.0.31"}}},

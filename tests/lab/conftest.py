@@ -93,6 +93,12 @@ def lab_model() -> Path:
     return Path(hosts["all"]["children"]["vllm"]["vars"]["vllm_model"])
 
 
+def lab_model_on_host() -> str:
+    """Where the vllm role stages the lab model on a serving host (vllm_models_dir's default):
+    the name vLLM gives LMCache, so the one in every object name."""
+    return f"/var/lib/vllm/models/{lab_model().name}"
+
+
 def chunk_bytes(chunk_tokens: int = 256) -> int:
     """Bytes of one LMCache chunk object of the lab model (bf16 KV)."""
     from deploy_kit.geometry import bytes_per_token, from_hf_config
@@ -107,13 +113,13 @@ def runs_dirs() -> list[Path]:
 
 def s3_round_trip(lab: Lab, client: str, size: int, tls: bool = False) -> dict:
     """PUT/GET/DELETE `size` random bytes through lmcache.s3.lab.test from lab host `client`
-    with the RGW user's keys: the package's SigV4 module plus s3_client.py over SSH stdin
+    with the RGW user's keys: a stdlib SigV4 signer plus s3_client.py over SSH stdin
     (keys in the script text, never in argv)."""
     info = json.loads(subprocess.run(
         ["radosgw-admin", "--conf", CEPH_CONF, "user", "info", "--uid", "lmcache"],
         check=True, capture_output=True, text=True).stdout)
     key = info["keys"][0]
-    script = (REPO / "deploy_kit/transport/sigv4.py").read_text() + "\n" + \
+    script = (Path(__file__).parent / "sigv4_stdlib.py").read_text() + "\n" + \
         (Path(__file__).parent / "s3_client.py").read_text()
     for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],
                                "__HOST__": "lmcache.s3.lab.test", "__SIZE__": str(size),

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.lab.conftest import Lab, chunk_bytes, lab_model
+from tests.lab.conftest import Lab, chunk_bytes, lab_model_on_host
 
 pytestmark = pytest.mark.lab
 
@@ -23,7 +23,7 @@ def test_roundtrip_hit_identical_and_seed_mismatch_miss(converged: Lab) -> None:
     assert "hit 2/2, byte-identical" in trip["message"] and trip["target"] == "lab3 → lab4"
     assert findings["lmcache-object-names"]["status"] == "pass"
     # the in-process connector names objects by the model with '/' as '_'
-    name = str(lab_model()).replace("/", "_")
+    name = lab_model_on_host().replace("/", "_")
     assert f"{name}@1@0@" in findings["lmcache-object-names"]["message"]
     mismatch = findings["lmcache-seed-mismatch"]
     assert mismatch["status"] == "pass" and "misses (0/2 hits)" in mismatch["message"]
@@ -34,6 +34,6 @@ def test_roundtrip_hit_identical_and_seed_mismatch_miss(converged: Lab) -> None:
     assert group and group[0]["objects"] == 2 and group[0]["bytes"] == 2 * chunk_bytes(), \
         stats["groups"]
     converged.deploykit("cache", "purge", "-i", "lab", "--model",
-                        str(lab_model()), "--yes")
+                        lab_model_on_host(), "--yes")
     after = json.loads(converged.deploykit("cache", "stats", "-i", "lab", "--json").stdout)
     assert not [g for g in after["groups"] if g["model"] == name]

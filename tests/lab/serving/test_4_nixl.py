@@ -17,7 +17,7 @@ import pytest
 
 from deploy_kit.roundtrip import nixl_object_name
 from deploykit_lab.driver_venv import ensure_driver_venv
-from tests.lab.conftest import CEPH_CONF, Lab, chunk_bytes, lab_model
+from tests.lab.conftest import CEPH_CONF, Lab, chunk_bytes, lab_model_on_host
 
 pytestmark = pytest.mark.lab
 
@@ -48,7 +48,7 @@ def test_nixl_obj_roundtrip_through_the_rendered_params(converged: Lab) -> None:
     assert mismatch["status"] == "pass" and "misses (0/2 hits)" in mismatch["message"]
 
     # NIXL's objects are really in the bucket, under LMCache's key with '/' and '@' as '_'
-    prefix = nixl_object_name(f"{lab_model()}@1@0@")
+    prefix = nixl_object_name(f"{lab_model_on_host()}@1@0@")
     written = {n: size for n, size in _bucket_objects().items() if n.startswith(prefix)}
     assert len(written) == 2 and all(n.endswith("_bfloat16") for n in written), written
     assert set(written.values()) == {chunk_bytes()}  # one 256-token chunk of the lab model
