@@ -28,6 +28,14 @@ def console() -> Console:
     return _default
 
 
+def data_console() -> Console:
+    """A rich console on stdout for a command's data (tables a user redirects to a file),
+    as wide as the human console; colour only when stdout is a terminal."""
+    human = console()
+    return Console(file=stdout(), highlight=False, width=human.width,
+                   no_color=human.no_color or human.color_system is None)
+
+
 def stdout() -> TextIO:
     """Where machine output (--json, --print-command) goes."""
     return _bound[-1][1] if _bound else sys.stdout

@@ -4,6 +4,7 @@ rows in, document/table/PNG out; no host contacted)."""
 from __future__ import annotations
 
 import statistics
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,11 @@ def document(*, site: str, run_id: str, started: str, model: str, hosts: dict[st
              manifest: dict[str, Any], results: list[dict[str, Any]],
              purged: dict[int, int], notes: list[str], skipped_cases: dict[str, str]
              ) -> dict[str, Any]:
-    return {"schema": SCHEMA, "site": site, "run_id": run_id, "started": started,
+    from deploy_kit import __version__
+
+    return {"schema": SCHEMA, "deploykit_version": __version__, "site": site,
+            "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "run_id": run_id, "started": started,
             "model": model, "hosts": hosts, "lengths": lengths, "repeats": repeats,
             "max_tokens": max_tokens, "token_ids": list(token_ids),
             "cases": {c: _label(c, skipped_cases) for c in CASES if c not in skipped_cases},

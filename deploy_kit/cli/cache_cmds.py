@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
 from deploy_kit.cli.options import InventoryOpt, ModelOpt, VaultOpt
-from deploy_kit.console import console, stdout
+from deploy_kit.console import console, data_console, stdout
 from deploy_kit.errors import DeployKitError
 
 cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
@@ -25,7 +24,8 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
     from deploy_kit.config.open import open_site
     from deploy_kit.console import human_bytes
 
-    bucket = open_bucket(open_site(inventory, vault_password_file))
+    site = open_site(inventory, vault_password_file)
+    bucket = open_bucket(site)
     groups, foreign = aggregate(list_model_objects(bucket, model) if model else
                                 list_objects(bucket))
     rows = [{"model": g.model, "world_size": g.world_size, "dtype": g.dtype,
@@ -33,8 +33,11 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
              "oldest": g.oldest.isoformat() if g.oldest else None,
              "newest": g.newest.isoformat() if g.newest else None} for g in groups]
     if as_json:
-        stdout().write(json.dumps({"groups": rows, "other_objects": len(foreign)}, indent=2)
-                         + "\n")
+        from deploy_kit.envelope import dumps
+
+        stdout().write(dumps("cache-stats", 1, site.name,
+                             {"bucket": bucket.host, "groups": rows,
+                              "other_objects": len(foreign)}))
         return
     from rich.table import Table
 
@@ -45,7 +48,7 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
         table.add_row(str(r["model"]), str(r["world_size"]), str(r["dtype"]), str(r["objects"]),
                       str(r["chunks"]), human_bytes(int(str(r["bytes"]))),
                       str(r["oldest"])[:19], str(r["newest"])[:19])
-    console().print(table)
+    data_console().print(table)
     if foreign:
         console().print(f"{len(foreign)} object(s) not named like LMCache chunks")
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from deploy_kit.cli.options import InventoryOpt, VaultOpt
-from deploy_kit.console import console, stdout
+from deploy_kit.console import console, data_console, stdout
 
 
 def plan(inventory: InventoryOpt,
@@ -18,13 +17,18 @@ def plan(inventory: InventoryOpt,
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
+    from deploy_kit.envelope import dumps
     from deploy_kit.plan.plan import build_plan
 
-    result = build_plan(open_site(inventory, vault_password_file))
+    site = open_site(inventory, vault_password_file)
+    result = build_plan(site)
     if as_json:
-        stdout().write(json.dumps(result.to_dict(), indent=2) + "\n")
+        payload = result.to_dict()
+        del payload["schema"]  # the envelope's schema says the version
+        payload["deployment"] = payload.pop("site")  # the envelope's site is the name
+        stdout().write(dumps("plan", 2, site.name, payload))
     else:
-        show_plan(result, console())
+        show_plan(result, data_console())
 
 
 def render(inventory: InventoryOpt,

@@ -10,8 +10,8 @@ import typer
 from rich.markup import escape
 
 from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
-from deploy_kit.console import console, stdout
-from deploy_kit.errors import VerifyFailed
+from deploy_kit.console import console, data_console, stdout
+from deploy_kit.errors import HostsUnreachable, VerifyFailed
 
 
 class RoundTripStore(StrEnum):
@@ -19,20 +19,26 @@ class RoundTripStore(StrEnum):
     nixl = "nixl"
 
 
-def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | None,
+def _verify(site_name: str, vault_password_file: Path | None, requested: list[str] | None,
             as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
             roundtrip: bool = False, roundtrip_store: str | None = None) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
     from deploy_kit.verify import report
     from deploy_kit.verify.gather import gather
-    from deploy_kit.verify.model import evaluate
+    from deploy_kit.verify.model import CHECKS, Status, evaluate
+    from deploy_kit.verify.selection import SelectionError, check_ids, limited_hosts
 
     site = open_site(site_name, vault_password_file)
-    if limit:
-        site = site.limit({n for n in site.hosts if n in limit.split(",")} |
-                          {h.name for h in site.hosts.values()
-                           if not h.groups & {"vllm"}})
+    try:
+        only = check_ids(requested, list(CHECKS))
+        # --limit narrows the serving hosts; the storage and DNS hosts every check reads stay
+        chosen = limited_hosts(site, limit) if limit else None
+    except SelectionError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if chosen is not None:
+        site = site.limit(chosen | {h.name for h in site.hosts.values()
+                                    if not h.groups & {"vllm"}})
     with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
         observation = gather(site)
     findings = evaluate(observation, only)
@@ -45,13 +51,22 @@ def _verify(site_name: str, vault_password_file: Path | None, only: set[str] | N
     for error in observation.probe_errors:
         console().print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
-        stdout().write(report.to_json(findings))
+        stdout().write(report.to_json(findings, site.name))
     else:
-        report.show(findings, console(), verbose)
+        report.show(findings, data_console(), verbose)
     if junit:
         report.write_junit(findings, junit)
+    if observation.unreachable:
+        raise HostsUnreachable(
+            "unreachable: " + "; ".join(f"{h}: {why}" for h, why in
+                                        sorted(observation.unreachable.items())),
+            hint="the inventory's connection settings are used as by `deploykit up`")
     if report.failed(findings):
         raise VerifyFailed(f"{len(report.failed(findings))} check(s) failed")
+    if not any(f.status != Status.SKIP for f in findings):
+        raise VerifyFailed(f"none of the {len({f.check for f in findings})} check(s) "
+                           "observed anything: every one skipped",
+                           hint="is the site deployed, and are its hosts in this inventory?")
 
 
 def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
@@ -70,7 +85,7 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
                                          "NIXL's OBJ plugin; needs lmcache[nixl] there)")
            ] = None) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
-    _verify(inventory, vault_password_file, set(check) if check else None, as_json, junit,
+    _verify(inventory, vault_password_file, check, as_json, junit,
             verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None)
 
 
@@ -85,8 +100,8 @@ def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom
         console().print("no known failure matches; running every check")
         _verify(inventory, vault_password_file, None, False, None, False, None)
         return
-    ids: set[str] = set()
+    ids: list[str] = []
     for why, checks in matches:
         console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
-        ids.update(checks)
+        ids += [c for c in checks if c not in ids]
     _verify(inventory, vault_password_file, ids, False, None, True, None)

@@ -128,6 +128,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.tls = [j.result() for j in tls_jobs]
         shell = shell_job.result()
+        obs.unreachable = {r.host: r.error for r in shell if r.error is not None}
         obs.serving = [serving_probe.from_result(h, r, serving_plan(h, site_plan))
                        for h, r in zip(serving, shell, strict=False)]
         obs.cache = cache_job.result()

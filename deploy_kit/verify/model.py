@@ -230,6 +230,7 @@ class Observation:
     consul: ConsulView | None = None  # consul DNS mode
     cache: list[CacheProbe] = field(default_factory=list)  # cache-hit probes, per host
     tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> Ansible's reason
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import asdict
@@ -48,9 +47,11 @@ def show(findings: list[Finding], console: Console, verbose: bool = False) -> No
     console.print(" ".join(f"[{STYLE[s]}]{counts[s]} {s.value}[/]" for s in Status))
 
 
-def to_json(findings: list[Finding]) -> str:
-    return json.dumps({"findings": [asdict(f) for f in findings],
-                       "failed": len(failed(findings))}, indent=2) + "\n"
+def to_json(findings: list[Finding], site: str) -> str:
+    from deploy_kit.envelope import dumps
+
+    return dumps("verify", 1, site, {"findings": [asdict(f) for f in findings],
+                                     "failed": len(failed(findings))})
 
 
 def write_junit(findings: list[Finding], path: Path) -> None:

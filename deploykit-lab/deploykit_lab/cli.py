@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -76,7 +75,9 @@ def lab_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 
     info = lab.status()
     if as_json:
-        stdout().write(json.dumps(info, indent=2) + "\n")
+        from deploy_kit.envelope import dumps
+
+        stdout().write(dumps("lab-status", 1, "lab", info))
     else:
         for h in info["hosts"]:
             console().print(f"{h['name']} {h['address']} ssh={'up' if h['ssh'] else 'down'}")

@@ -23,6 +23,8 @@ def test_plan_json_has_the_geometry_numbers() -> None:
     result = run("plan", "--inventory", "inventory/example", "--json")
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
+    assert plan["schema"] == "deploykit-plan/2" and plan["site"] == "example"
+    assert plan["deployment"]["s3_fqdn"] and plan["generated"] and plan["deploykit_version"]
     model = plan["models"][0]
     assert (model["bytes_per_token"], model["object_bytes"], model["objects_per_chunk"]) == \
         (262_144, 32 * 1024 * 1024, 2)
@@ -34,8 +36,8 @@ def test_plan_json_has_the_geometry_numbers() -> None:
 def test_plan_by_name_and_human_output() -> None:
     result = run("plan", "-i", "example")
     assert result.returncode == 0
-    assert result.stdout == ""  # humans read stderr; stdout is for --json
-    assert "262,144 B/token" in result.stderr and "4 A records" in result.stderr
+    assert result.stderr == ""  # the plan is the command's data: stdout, redirectable
+    assert "262,144 B/token" in result.stdout and "4 A records" in result.stdout
 
 
 def test_bad_inventory_exit_3_every_problem_one_line_each(
