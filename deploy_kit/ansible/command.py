@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,8 @@ class RunRequest:
     check: bool = False
     diff: bool = False
     extra_vars_files: tuple[Path, ...] = ()
+    extra_vars_inline: tuple[str, ...] = ()  # after the files: an inline value wins
+    become: bool = False
     vault_password_file: Path | None = None
     verbosity: int = 0
     forks: int | None = None
@@ -25,7 +28,7 @@ class RunRequest:
 
 
 def options(request: RunRequest) -> list[str]:
-    """Everything after the playbook: typed extra vars only as `-e @file`, never k=v."""
+    """Everything after the playbook, in ansible-playbook's own words."""
     argv: list[str] = []
     if request.limit:
         argv += ["--limit", request.limit]
@@ -39,6 +42,10 @@ def options(request: RunRequest) -> list[str]:
         argv.append("--diff")
     for path in request.extra_vars_files:
         argv += ["-e", f"@{path}"]
+    for text in request.extra_vars_inline:
+        argv += ["-e", text]
+    if request.become:
+        argv.append("--become")
     if request.vault_password_file:
         argv += ["--vault-password-file", str(request.vault_password_file)]
     if request.forks:
@@ -53,5 +60,11 @@ def playbook_argv(request: RunRequest) -> list[str]:
             *options(request)]
 
 
-def printable(request: RunRequest) -> str:
-    return shlex.join(playbook_argv(request))
+def printable(request: RunRequest, env: dict[str, str] | None = None) -> str:
+    """The command as a shell line, with the variables it needs in front of it."""
+    prefix = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
+    argv = playbook_argv(request)
+    beside = Path(sys.executable).parent / argv[0]  # this install's Ansible, from anywhere
+    if beside.is_file():
+        argv[0] = str(beside)
+    return " ".join([*prefix, shlex.join(argv)])

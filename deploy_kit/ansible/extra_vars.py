@@ -1,4 +1,5 @@
-"""`-e @file` for up/down: Ansible knobs pass, deploykit settings are refused.
+"""`-e` for up/down (`@file`, `key=value`, a YAML/JSON mapping, as ansible-playbook reads
+them): Ansible knobs pass, deploykit settings are refused.
 
 The roles copy files rendered before Ansible starts, so an extra var that names a deploykit
 setting could change a role's branch but never the files it installs. Refusing it keeps one
@@ -27,6 +28,42 @@ def owned_keys(data: Any) -> list[str]:
         return []
     return sorted(str(k) for k in data
                   if str(k).startswith(OWNED_PREFIXES) and str(k) not in RUN_VARS)
+
+
+def inline_vars(text: str) -> dict[str, Any]:
+    """One inline -e value as Ansible reads it: a YAML/JSON mapping when it starts with `{`,
+    else `key=value` pairs (ansible.parsing.splitter.parse_kv, quoting included)."""
+    if text.lstrip().startswith("{"):
+        data = yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise ValueError("is not a mapping")
+        return data
+    from ansible.parsing.splitter import parse_kv
+
+    pairs = parse_kv(text)
+    if "_raw_params" in pairs or not pairs:
+        if Path(text).is_file():  # ansible-playbook reads a file only with the @
+            raise ValueError(f"names a file: write -e @{text}")
+        raise ValueError("is neither key=value pairs nor a mapping")
+    return dict(pairs)
+
+
+def check_inline_vars(values: tuple[str, ...]) -> None:
+    """Exit 3 (nothing contacted) when an inline -e value is unreadable or sets a setting."""
+    problems: list[Problem] = []
+    for text in values:
+        try:
+            data = inline_vars(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            problems.append(Problem("--extra-vars", text[:60], str(exc).splitlines()[0],
+                                    "give key=value pairs, a {…} mapping, or @file"))
+            continue
+        for key in owned_keys(data):
+            problems.append(Problem(
+                "--extra-vars", key, "is a deploykit setting; -e cannot reach the rendered files",
+                "set it in the inventory (group_vars/ or host_vars/) and rerun"))
+    if problems:
+        raise InventoryError(problems)
 
 
 def check_extra_vars(paths: tuple[Path, ...]) -> None:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from deploy_kit.ansible import progress
 from deploy_kit.ansible.command import RunRequest, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
 from deploy_kit.errors import AnsibleFailed, HostsUnreachable
@@ -55,11 +56,17 @@ def run_playbook(request: RunRequest, console: Console,
     status = console.status("starting Ansible…")
     status.start()
 
+    terminal = console.is_terminal
+
     def on_event(event: dict[str, Any]) -> bool:
         record.consume(event)
         if event.get("stdout"):
             log.write(redact(str(event["stdout"])) + "\n")
         data = event.get("event_data", {}) or {}
+        if request.verbosity and event.get("stdout"):  # -v…: Ansible's own output
+            console.print(escape(redact(str(event["stdout"]))), soft_wrap=True)
+        elif request.diff and (diff := progress.diff_text(event)):
+            console.print(escape(redact(diff)), soft_wrap=True)
         if event.get("event") == "playbook_on_task_start":
             status.update(f"[bold]{record.current_play}[/] › {record.current_task}")
         elif event.get("event") in ("runner_on_failed", "runner_on_unreachable") and \
@@ -67,6 +74,11 @@ def run_playbook(request: RunRequest, console: Console,
             failure = record.failed[-1]
             console.print(f"[red]✗ {escape(failure.host)}[/] {escape(failure.task)}: "
                           f"{escape(failure.message)}", soft_wrap=True)
+        elif not terminal and not request.verbosity and (text := progress.line(event)):
+            console.print(escape(text), soft_wrap=True, highlight=False)
+        elif terminal and (found := progress.result_of(event)) and found[0] == "changed":
+            console.print(f"[yellow]changed[/] {escape(found[1])} | {escape(found[2])}",
+                          soft_wrap=True)
         return True  # True: let ansible-runner keep the event (stats come from it)
 
     project = project_dir()

@@ -6,6 +6,7 @@ Exceptions become exit codes here and nowhere else.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -36,6 +37,19 @@ for name, plugin_app in plugins.verbs().items():
 def version() -> None:
     """Print deploykit's version."""
     stdout().write(f"deploykit {__version__}\n")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        version()
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(show_version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_print_version,
+        help="print deploykit's version and exit")] = False) -> None:
+    """Provision and verify a shared KV-cache tier."""
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -12,9 +14,12 @@ import typer
 
 from deploy_kit.cli.options import (
     AnsibleOptions,
+    AskVaultOpt,
+    BecomeOpt,
     CheckOpt,
     DiffOpt,
     ExtraOpt,
+    ForksOpt,
     InventoryOpt,
     LimitOpt,
     PrintOpt,
@@ -27,20 +32,31 @@ from deploy_kit.config.site import Site
 from deploy_kit.console import console, stdout
 
 
-def playbook_vars(site: Site, rendered: Path) -> dict[str, object]:
-    """What the playbooks need before any host var exists: where the tree is, and the
-    rolling batch size (`serial:` is templated per play, where group_vars are not yet seen)."""
+def playbook_vars(site: Site) -> dict[str, object]:
+    """What the playbooks need before any host var exists: the rolling batch size
+    (`serial:` is templated per play, where group_vars are not yet seen)."""
     from deploy_kit.plan.plan import vllm_serial
 
-    return {"deploykit_render_dir": str(rendered), "vllm_serial": vllm_serial(site)}
+    return {"vllm_serial": vllm_serial(site)}
 
 
 def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
-                 options: AnsibleOptions, run_files: tuple[Path, ...] = ()) -> None:
+                 options: AnsibleOptions, run_vars: dict[str, object] | None = None,
+                 ask_vault_pass: bool = False) -> None:
+    if ask_vault_pass:
+        with asked_vault_password() as asked:
+            _run_playbook(verb, playbook, inventory, asked, options, run_vars or {})
+    else:
+        _run_playbook(verb, playbook, inventory, vault_password_file, options, run_vars or {})
+
+
+def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
+                  options: AnsibleOptions, run_vars: dict[str, object]) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
-    from deploy_kit.ansible.extra_vars import check_extra_vars
+    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
     from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
+    from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
     from deploy_kit.project import project_dir
     from deploy_kit.render.rundir import write_run_tree
@@ -50,33 +66,82 @@ def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: 
         if not path.is_file():
             raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
     check_extra_vars(options.extra_vars)
+    check_inline_vars(options.inline_vars)
+    unknown = unknown_tags(options.tags + options.skip_tags, project_dir())
+    if unknown:
+        raise typer.BadParameter(
+            f"no task is tagged {', '.join(unknown)}; tags: "
+            f"{', '.join(sorted(known_tags_of(project_dir())))}", param_hint="--tags")
+    if options.limit:
+        check_limit(site, options.limit)
     request = RunRequest(
-        verb=verb, playbook=project_dir() / "playbooks" / playbook, inventory=site.root,
-        limit=options.limit, tags=options.tags, skip_tags=options.skip_tags,
-        check=options.check, diff=options.diff,
-        extra_vars_files=options.extra_vars + run_files,
+        verb=verb, playbook=project_dir() / "playbooks" / playbook,
+        inventory=site.inventory_source.resolve(), limit=options.limit, tags=options.tags,
+        skip_tags=options.skip_tags, check=options.check, diff=options.diff,
+        extra_vars_files=options.extra_vars,
+        extra_vars_inline=(json.dumps({**playbook_vars(site), **run_vars}),
+                           *options.inline_vars),
         vault_password_file=vault_password_file.resolve() if vault_password_file else None,
-        verbosity=options.verbose)
+        verbosity=options.verbose, become=options.become, forks=options.forks)
+    if options.print_command:
+        # writes nothing: a plain ansible-playbook run renders the site itself (render.yml)
+        # and issues no certificate; from any directory, with deploykit's ansible.cfg
+        stdout().write(printable(request, {"ANSIBLE_CONFIG": str(project_dir() /
+                                                                 "ansible.cfg")}) + "\n")
+        return
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
-    # Also for --print-command, so the printed command runs as it is.
     if verb == "up":
         issue_tls(site)
     record_dir = new_record_dir(verb)
     rendered = record_dir / "rendered"
     write_run_tree(site, rendered)
-    run_vars = record_dir / "run-vars.json"
-    run_vars.write_text(json.dumps(playbook_vars(site, rendered)) + "\n")
-    # first in the list: a later -e from the command line still wins
-    request = replace(request, extra_vars_files=(run_vars, *request.extra_vars_files))
-    if options.print_command:
-        stdout().write(printable(request) + "\n")
-        return
+    tree = record_dir / "run-vars.json"
+    tree.write_text(json.dumps({"deploykit_render_dir": str(rendered)}) + "\n")
+    request = replace(request, extra_vars_files=(tree, *request.extra_vars_files))
     console().print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                     + (" [yellow]check mode[/]" if options.check else ""))
     record, record_dir, rc = run_with_runner(request, console(), record_dir)
     show_record(record, console())
     console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
+
+
+def known_tags_of(project: Path) -> frozenset[str]:
+    from deploy_kit.ansible.tags import known_tags
+
+    return known_tags(project)
+
+
+def check_limit(site: Site, pattern: str) -> None:
+    """A --limit term that names no host or group is a usage error, not an empty run.
+    Patterns Ansible reads beyond names and globs (`&`, `!`, `~regex`, `[0:2]`) pass."""
+    from deploy_kit.verify.selection import SelectionError, limited_hosts
+
+    plain = ",".join(t for t in pattern.replace(":", ",").split(",")
+                     if t and not (t[0] in "&!~@" or "[" in t))
+    try:
+        if plain:
+            limited_hosts(site, plain)
+    except SelectionError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--limit") from None
+
+
+@contextmanager
+def asked_vault_password() -> Iterator[Path]:
+    """--ask-vault-pass: the password typed once, in a 0600 file only this run reads (the
+    inventory loader and Ansible both take a file), removed afterwards."""
+    import getpass
+    import sys
+
+    if not sys.stdin.isatty():
+        raise typer.BadParameter("needs a terminal; pass --vault-password-file instead",
+                                 param_hint="--ask-vault-pass")
+    password = getpass.getpass("Vault password: ")
+    with tempfile.TemporaryDirectory(prefix="deploykit-vault-") as private:
+        path = Path(private) / "vault-password"
+        path.touch(mode=0o600)
+        path.write_text(password + "\n")
+        yield path
 
 
 def issue_tls(site: Site) -> None:
@@ -94,23 +159,39 @@ def issue_tls(site: Site) -> None:
 def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
        tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
        diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
-       verbose: VerboseOpt = 0) -> None:
+       verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
+       ask_vault_pass: AskVaultOpt = False) -> None:
     """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM."""
     options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
                                 diff=diff, extra_vars=extra_vars, print_command=print_command,
-                                verbose=verbose)
-    run_playbook("up", "site.yml", inventory, vault_password_file, options)
+                                verbose=verbose, become=become, forks=forks)
+    run_playbook("up", "site.yml", inventory, vault_password_file, options,
+                 ask_vault_pass=ask_vault_pass)
 
 
 def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
          check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
-         verbose: VerboseOpt = 0,
+         verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
+         ask_vault_pass: AskVaultOpt = False,
+         yes: Annotated[bool, typer.Option(
+             "--yes", "-y", help="do not ask before stopping services")] = False,
          destroy_data: Annotated[bool, typer.Option(
              "--yes-i-really-mean-it", help="also delete the bucket, S3 user and pools")] = False
          ) -> None:
-    """Remove what `up` created; data (pools, bucket) only with --yes-i-really-mean-it."""
-    flags = Path(tempfile.mkdtemp(prefix="deploykit-")) / "down.json"
-    flags.write_text(json.dumps({"deploykit_destroy_data": destroy_data}))
+    """Remove what `up` created; data (pools, bucket) only with --yes-i-really-mean-it.
+    Asks first (stopping the gateways and vLLM drops service) unless --yes or --check."""
+    import sys
+
+    if not (yes or destroy_data or check or print_command):  # the data flag confirms too
+        if not sys.stdin.isatty():
+            raise typer.BadParameter("down stops services on every host it names; pass --yes "
+                                     "(or --check to see what it would do)", param_hint="--yes")
+        scope = f"hosts matching {limit!r}" if limit else "every host of the inventory"
+        typer.confirm(f"stop and remove deploykit's services on {scope}"
+                      + (" AND DELETE THE BUCKET, S3 USER AND POOLS" if destroy_data else "")
+                      + "?", abort=True)
     options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
-                                print_command=print_command, verbose=verbose)
-    run_playbook("down", "down.yml", inventory, vault_password_file, options, (flags,))
+                                print_command=print_command, verbose=verbose, become=become,
+                                forks=forks)
+    run_playbook("down", "down.yml", inventory, vault_password_file, options,
+                 {"deploykit_destroy_data": destroy_data}, ask_vault_pass)

@@ -96,7 +96,7 @@ def test_vllm_serial_from_group_vars_reaches_plan_and_up(
                      env={"DEPLOYKIT_RUNS_DIR": str(root.parent / "runs")}, cwd=REPO)
     assert result.returncode == 0, result.stderr
     words = shlex.split(result.stdout)
-    files = [w.removeprefix("@") for w in words if w.startswith("@")
-             and w.endswith("run-vars.json")]
-    assert files and json.loads(Path(files[0]).read_text())["vllm_serial"] == 2
-    assert Path(files[0]).is_relative_to(root.parent / "runs")  # the run's DEPLOYKIT_RUNS_DIR
+    inline = [json.loads(w) for w, prev in zip(words[1:], words, strict=False)
+              if prev == "-e" and w.startswith("{")]
+    assert inline and inline[0]["vllm_serial"] == 2
+    assert not (root.parent / "runs").exists()  # --print-command writes no run record

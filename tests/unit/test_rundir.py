@@ -78,10 +78,14 @@ def test_ansible_knobs_and_run_vars_pass(tmp_path: Path) -> None:
 def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> None:
     path = tmp_path / "vars.yml"
     path.write_text("lmcache_chunk_size: 512\n")
-    result = run_cli("up", "-i", "example", "-e", str(path), cwd=REPO)
-    assert result.returncode == 3, result.stderr
-    assert "lmcache_chunk_size" in result.stderr and "group_vars" in result.stderr
-    assert "Traceback" not in result.stderr
+    for value in (f"@{path}", "lmcache_chunk_size=512 forks=3",
+                  '{"lmcache_chunk_size": 512}'):
+        result = run_cli("up", "-i", "example", "-e", value, cwd=REPO)
+        assert result.returncode == 3, result.stderr
+        assert "lmcache_chunk_size" in result.stderr and "group_vars" in result.stderr
+        assert "Traceback" not in result.stderr
+    bare = run_cli("up", "-i", "example", "-e", str(path), cwd=REPO)  # Ansible needs the @
+    assert bare.returncode == 3 and f"write -e @{path}" in bare.stderr, bare.stderr
 
 
 def test_playbooks_get_the_inventory_serial_as_a_run_var(
@@ -89,5 +93,4 @@ def test_playbooks_get_the_inventory_serial_as_a_run_var(
     from deploy_kit.cli.converge_cmds import playbook_vars
 
     site = open_site(str(make_inventory(vllm={"vllm_serial": 3})))
-    assert playbook_vars(site, tmp_path) == {"deploykit_render_dir": str(tmp_path),
-                                             "vllm_serial": 3}
+    assert playbook_vars(site) == {"vllm_serial": 3}

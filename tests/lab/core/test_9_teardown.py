@@ -46,7 +46,10 @@ def leftovers() -> list[str]:
 def test_deploykit_down_removes_services_and_confirmed_data(converged: Lab) -> None:
     from tests.lab.conftest import ceph
 
-    keep = converged.deploykit("down", "--inventory", "lab")  # data kept without the flag
+    unasked = converged.deploykit("down", "--inventory", "lab", check=False)  # no terminal
+    assert unasked.returncode == 2 and "pass --yes" in unasked.stderr, unasked.stderr
+    assert converged.ssh("10.99.0.11", "systemctl is-active haproxy").strip() == "active"
+    keep = converged.deploykit("down", "--inventory", "lab", "--yes")  # data kept
     assert keep.returncode == 0
     assert "default.rgw.buckets.data" in ceph("osd", "pool", "ls")
     states = converged.ssh("10.99.0.11", "systemctl is-active haproxy coredns "
