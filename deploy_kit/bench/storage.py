@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.bench.png import bar_chart
+from deploy_kit.bench import storage_chart
 from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
@@ -62,11 +62,10 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     result["other_tools"] = {tool: ("installed; not run by deploykit yet" if shutil.which(tool)
                                     else "not installed") for tool in ("elbencho", "warp")}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "storage.json").write_text(json.dumps(result, indent=2) + "\n")
-    groups = [[r["gb_per_s"] for r in result["results"]
-               if r.get("op") == op and r["threads"] == t and r["target"] == host_header]
-              for op in ("PUT", "GET") for t in threads]
-    (out / "storage.png").write_bytes(bar_chart(groups))
+    from deploy_kit.envelope import dumps
+
+    (out / "storage.json").write_text(dumps("bench-storage", 1, site.name, result))
+    storage_chart.plot(result, out / "storage.png")
     result["files"] = [str(out / "storage.json"), str(out / "storage.png")]
     return result
 

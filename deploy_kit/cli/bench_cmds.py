@@ -13,6 +13,18 @@ from deploy_kit.console import console
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the cache tier.")
 
 
+def require_bench_extra(*modules: str) -> None:
+    """The bench verbs' own dependencies live in the `bench` extra: say so, exit 7."""
+    import importlib.util
+
+    from deploy_kit.errors import EnvironmentProblem
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise EnvironmentProblem(f"{', '.join(missing)} not installed",
+                                  hint="pip install 'deploykit[bench]'")
+
+
 @bench_app.command("storage")
 def bench_storage(inventory: InventoryOpt,
                   threads: Annotated[str, typer.Option(help="thread sweep")] = "1,4,8",
@@ -24,6 +36,7 @@ def bench_storage(inventory: InventoryOpt,
     from deploy_kit.bench.storage import describe, run
     from deploy_kit.config.open import open_site
 
+    require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
     with console().status("measuring S3 through the name…"):
         result = run(open_site(inventory, vault_password_file), sweep, objects, out)
@@ -46,6 +59,7 @@ def bench_ttft(inventory: InventoryOpt,
                    help="run with one serving host (no remote_hit_other_host rows)")] = False,
                vault_password_file: VaultOpt = None) -> None:
     """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length."""
+    require_bench_extra("matplotlib")
     from deploy_kit.bench import ttft, ttft_report
     from deploy_kit.config.open import open_site
 

@@ -17,6 +17,7 @@ from deploy_kit.verify.gather import serving_plan
 from deploy_kit.verify.model import UnitState
 from deploy_kit.verify.probes.s3_probe import parse_lifecycle
 from deploy_kit.verify.probes.serving_probe import exec_argv, parse, probe_all
+from tests.lab import sigv4_stdlib
 from tests.local_site import local_site
 
 
@@ -35,8 +36,11 @@ def test_sigv4_matches_botocore(monkeypatch) -> None:  # type: ignore[no-untyped
             return now if tz else now.replace(tzinfo=None)
 
     monkeypatch.setattr(botocore.auth.datetime, "datetime", Frozen)
-    ours = signed_headers("PUT", "/obj%40x", "lmcache.s3.t.test", "default",
-                          Credentials("AKID", "SECRET"), now=now)
+    # the lab's stdlib signer (hosts without botocore) and the product's headers
+    ours = sigv4_stdlib.signed_headers("PUT", "/obj%40x", "lmcache.s3.t.test", "default",
+                                       sigv4_stdlib.Credentials("AKID", "SECRET"), now=now)
+    product = signed_headers("PUT", "/obj%40x", "lmcache.s3.t.test", "default",
+                             Credentials("AKID", "SECRET"))
     request = AWSRequest(method="PUT", url="https://lmcache.s3.t.test/obj%40x")
     from botocore.config import Config
 
@@ -45,6 +49,8 @@ def test_sigv4_matches_botocore(monkeypatch) -> None:  # type: ignore[no-untyped
     S3SigV4Auth(BotoCredentials("AKID", "SECRET"), "s3", "default").add_auth(request)
     assert request.headers["X-Amz-Content-SHA256"] == "UNSIGNED-PAYLOAD"
     assert ours["Authorization"] == request.headers["Authorization"]
+    assert product["Authorization"] == request.headers["Authorization"]
+    assert product["X-Amz-Content-SHA256"] == "UNSIGNED-PAYLOAD"
 
 
 def test_credentials_repr_hides_secret() -> None:

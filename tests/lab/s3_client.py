@@ -1,5 +1,5 @@
 """The main part of a tiny S3 client that runs *on a lab host*: the test sends
-deploy_kit/transport/sigv4.py (stdlib only) followed by this file over SSH stdin, so
+tests/lab/sigv4_stdlib.py (stdlib only) followed by this file over SSH stdin, so
 keys travel in the script text, never in argv. It PUTs a random object through the
 virtual-hosted bucket name (resolved by the host's resolver), GETs it back, compares and
 deletes it. Placeholders are filled in by the test."""
@@ -13,7 +13,7 @@ import ssl
 NAME, SIZE, PORT = "__HOST__", int("__SIZE__"), int("__PORT__")
 # TLS: the host's default trust store (the site CA deploykit installed), SNI = the name
 TLS = ssl.create_default_context() if "__TLS__" else None
-CREDS = Credentials("__ACCESS__", "__SECRET__")  # noqa: F821  (defined by sigv4.py, sent first)
+CREDS = Credentials("__ACCESS__", "__SECRET__")  # noqa: F821  (defined by sigv4_stdlib.py, sent first)
 PATH = "/deploykit-smoke-object"
 
 payload = os.urandom(SIZE)

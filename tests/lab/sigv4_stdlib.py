@@ -1,8 +1,7 @@
-"""A small SigV4 S3 client: explicit address, virtual-hosted Host header, no DNS lookups.
-
-verify connects to each resolved address itself, so it needs the Host header and the TCP
-target kept apart; that is what LMCache's requests look like on the wire.
-"""
+"""A stdlib-only SigV4 signer and S3 request, for the lab's client on hosts that have no
+botocore (a gateway host, a host without the serving venv): sent over SSH stdin before
+s3_client.py. The product signs with botocore (deploy_kit/transport/sigv4.py); a check
+test keeps this one equal to botocore's signature."""
 
 from __future__ import annotations
 
