@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -89,7 +90,8 @@ def run_playbook(request: RunRequest, console: Console,
             result = ansible_runner.run(
                 private_data_dir=private, project_dir=str(project),
                 playbook=str(request.playbook), inventory=str(request.inventory),
-                cmdline=" ".join(options(request)), envvars=env, quiet=True,
+                # ansible-runner shlex-splits cmdline: quote each word (inline -e JSON has spaces)
+                cmdline=shlex.join(options(request)), envvars=env, quiet=True,
                 event_handler=on_event, rotate_artifacts=1, suppress_env_files=False)
         finally:
             status.stop()
