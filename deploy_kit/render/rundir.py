@@ -54,6 +54,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     settings = c.model_dump(mode="json", exclude=set(SECRET_KEYS))
     settings["derived"] = {
         "header": names.HEADER,
+        # where services listen and health gates knock: deploykit_address, else ansible_host
+        # (which may be an ssh_config alias only the controller can resolve)
+        "address": host.address,
         "aws_profile": names.aws_profile(c),
         "credentials_path": names.credentials_path(c),
         "rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
@@ -97,6 +100,8 @@ def site_facts(site: Site) -> dict[str, Any]:
         "ceph": {"concentrator": not deploykit_manages_concentrator(s),
                  "noautoscale_flag": table.has_noautoscale_flag, "release": table.release},
         "lifecycle": lifecycle_rules(s),
+        # service addresses of the gateway hosts, inventory order (bucket setup uses the first)
+        "gateways": [h.address for h in site.hosts.values() if "rgw" in h.groups],
     }
 
 

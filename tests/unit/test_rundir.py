@@ -35,7 +35,33 @@ def test_role_tree_is_render_without_secrets_plus_settings(
         assert settings["derived"]["files"] == sorted(
             p for p, f in full[name].items() if not f.secret)
     facts = json.loads(tree["_cluster"][SITE_PATH].content)
-    assert set(facts) == {"ceph", "lifecycle"}
+    assert set(facts) == {"ceph", "lifecycle", "gateways"}
+
+
+def test_roles_get_service_addresses_never_an_ssh_alias(
+        make_inventory: InventoryFactory) -> None:
+    """A fleet reached through ssh_config aliases: ansible_host names the alias, only the
+    controller's ssh resolves it. Health gates and the bucket endpoint must use the service
+    address (deploykit_address); no rendered file may carry the alias."""
+    import copy
+
+    from tests.conftest import BASE_HOSTS
+
+    hosts = copy.deepcopy(BASE_HOSTS)
+    for group in hosts["all"]["children"].values():
+        for name, entry in group["hosts"].items():
+            entry["deploykit_address"] = entry["ansible_host"]
+            entry["ansible_host"] = f"{name}.via-bastion"
+    site = open_site(str(make_inventory(hosts)))
+    tree = role_tree(site)
+    for name, host in site.hosts.items():
+        settings = json.loads(tree[name][SETTINGS_PATH].content)
+        assert settings["derived"]["address"] == host.address
+        assert host.address.startswith("10.0."), host.address
+        for path, rendered in tree[name].items():
+            assert "via-bastion" not in rendered.content, f"{name}{path}"
+    facts = json.loads(tree["_cluster"][SITE_PATH].content)
+    assert facts["gateways"] == ["10.0.0.11", "10.0.0.12"]
 
 
 def test_written_run_tree_has_no_key_anywhere(tmp_path: Path,
