@@ -11,7 +11,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from deploykit_lab.layout import BRIDGE, GATEWAY, PREFIX_LEN, SSH_DIR, LabHost
+from deploykit_lab.layout import (
+    BRIDGE,
+    GATEWAY,
+    PREFIX_LEN,
+    SSH_DIR,
+    SUDO_UID,
+    SUDO_USER,
+    LabHost,
+)
 from deploykit_lab.system import LabError, log, quiet, run
 
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
@@ -56,10 +64,14 @@ def start_host(host: LabHost, rootfs: Path, repo: Path, public_key: str) -> int:
          f"lowerdir={rootfs},upperdir={upper},workdir={work}", str(merged)])
     (merged / "etc" / "hostname").write_text(host.name + "\n")
     (merged / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
-    ssh = merged / "root" / ".ssh"
-    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (ssh / "authorized_keys").write_text(public_key)
-    (ssh / "authorized_keys").chmod(0o600)
+    # root for the test harness's own looks; the sudo user for the inventory's become host
+    for home, uid in ((merged / "root", 0), (merged / "home" / SUDO_USER, SUDO_UID)):
+        ssh = home / ".ssh"
+        ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (ssh / "authorized_keys").write_text(public_key)
+        (ssh / "authorized_keys").chmod(0o600)
+        for path in (ssh, ssh / "authorized_keys"):
+            os.chown(path, uid, uid)
     quiet(["ip", "netns", "del", host.netns])
     quiet(["ip", "link", "del", host.veth])
     quiet(["ip", "neigh", "del", host.address, "dev", BRIDGE])

