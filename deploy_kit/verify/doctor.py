@@ -16,10 +16,18 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"reading choices|connector.*not found|no module named|kv_connector|unexpected keyword",
      "vLLM and LMCache disagree: versions mismatched or connector name misspelt",
      ("vllm-connector-name", "lmcache-keys-known", "versions-manifest")),
+    (r"(hits?|cache).*(stopped|gone|dropped).*(maintenance|restart|outage|upgrade)|"
+     r"after (maintenance|an? outage|a restart)|zero hits on other hosts|other hosts?.*(miss|"
+     r"no hits?|zero)|cross-host|circuit|breaker|disabled after|connection disabled",
+     "LMCache turned S3 off after a gateway or DNS outage (its breaker never resets), or "
+     "one host's writes or reads do not reach S3; `deploykit up` restarts a tripped process",
+     ("lmcache-s3-breaker", "lmcache-remote-tier", "s3-concentrator-reachable",
+      "dns-answer-count")),
     (r"hit rate|no hits?|zero hits|cache miss|misses",
      "keys differ between hosts: seed, model string, TP, dtype or chunk size",
-     ("lmcache-fleet-consistent", "lmcache-chunk-aligned", "lmcache-s3-settings",
-      "s3-credentials-valid", "lmcache-cache-hit", "vllm-external-prefix-metrics")),
+     ("lmcache-fleet-consistent", "lmcache-remote-tier", "lmcache-chunk-aligned",
+      "lmcache-s3-settings", "s3-credentials-valid", "lmcache-cache-hit",
+      "vllm-external-prefix-metrics")),
     (r"degraded mode|recompute|no supported cpu connector",
      "LMCache runs without a working connector and recomputes every prefix",
      ("lmcache-cache-hit", "vllm-external-prefix-metrics", "vllm-connector-name")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from deploy_kit.config.site import Host, Site
@@ -17,6 +19,7 @@ from deploy_kit.verify.probes import (
     consul_probe,
     dns_probe,
     http_probe,
+    remote_probe,
     s3_probe,
     serving_probe,
     tls_probe,
@@ -132,6 +135,12 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         obs.serving = [serving_probe.from_result(h, r, serving_plan(h, site_plan))
                        for h, r in zip(serving, shell, strict=False)]
         obs.cache = cache_job.result()
+        # after the cache probe: its per-host counter deltas must not see these requests
+        answering = {p.host: p.model for p in obs.cache if p.serving and p.model}
+        obs.remote, obs.remote_alone = remote_probe.probe(
+            [h for h in serving if h.name in answering],
+            {name: str(model) for name, model in answering.items()},
+            f"{int(time.time())}-{os.urandom(3).hex()}")
         if consul_job is not None:
             obs.consul = consul_job.result()
         if admin:

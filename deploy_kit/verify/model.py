@@ -105,6 +105,19 @@ class UnitState:
     journal: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class S3LogEvent:
+    """LMCache's own S3 trouble in the running process's journal (its current invocation):
+    `breaker` (it turned S3 off for the life of the process), `store` (an upload lost) or
+    `connection` (a connection-class error, three in a row trip the breaker)."""
+
+    unit: str
+    kind: str
+    count: int
+    when: str  # the journal's time of the line shown (the first breaker line, else the last)
+    text: str
+
+
 @dataclass
 class ShmSegment:
     """A /dev/shm/lmcache_kv_<pid>_<n> file: bytes allocated, whether its owner pid lives."""
@@ -145,6 +158,7 @@ class ServingHost:
     # lmcache_topology server: the standalone LMCache server's unit, read into lmcache_yaml's
     # shape (chunk_size, remote_url, extra_config) so the LMCache checks read one view
     lmcache_topology: str = "inprocess"
+    s3_log: list[S3LogEvent] | None = None  # None: the journal was not read
 
 
 @dataclass
@@ -202,6 +216,27 @@ class CacheProbe:
     other_external: int | None = None
     counters: dict[str, float] | None = None
     error: str | None = None
+    model: str | None = None  # the name /v1/models serves it under
+
+
+@dataclass
+class RemoteRead:
+    """One pair of verify's cross-host probe: `writer` served a fresh prompt, then `reader`,
+    which never saw it, asked for it `settle_s` later. Only the remote tier can answer."""
+
+    writer: str
+    reader: str
+    prompt_tokens: int = 0
+    expected_hit_tokens: int = 0  # the prompt's full chunks
+    reader_external: int | None = None  # tokens the reader's connector supplied
+    reader_ttft_s: float | None = None
+    settle_s: float = 0.0
+    error: str | None = None
+    failed_host: str | None = None  # whose request failed, when one did
+    # when the reader got nothing: a third host of the ring asked for the same prompt
+    # (a hit there clears the writer and blames the reader; a miss blames the writer)
+    second_reader: str | None = None
+    second_external: int | None = None
 
 
 @dataclass
@@ -229,6 +264,8 @@ class Observation:
     probe_errors: list[str] = field(default_factory=list)
     consul: ConsulView | None = None  # consul DNS mode
     cache: list[CacheProbe] = field(default_factory=list)  # cache-hit probes, per host
+    remote: list[RemoteRead] = field(default_factory=list)  # cross-host probe, a ring per model
+    remote_alone: dict[str, str] = field(default_factory=dict)  # host -> why it has no pair
     tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> Ansible's reason
 

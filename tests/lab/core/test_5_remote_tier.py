@@ -1,0 +1,82 @@
+"""The cross-host tier after an outage (issue 19): with both concentrators down while lab3
+serves, lab3's LMCache server turns S3 off for the life of the process (its breaker). DRAM
+still answers repeats on lab3, so only a read on another host, or the journal, shows it:
+verify fails naming lab3 and the breaker's time, a plain `up` restarts lab3 (no file
+changed) and nothing else, and verify is green again, the remote tier included."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+
+from tests.lab.conftest import Lab
+from tests.lab.vllm_http import complete
+
+pytestmark = pytest.mark.lab
+
+GATEWAYS = ("10.99.0.11", "10.99.0.12")
+LAB3 = "10.99.0.13"
+BREAKER = "S3L2Adapter disabled after"
+HEAL_TASK = "Restart the running LMCache if it turned S3 off"
+
+
+def verify(lab: Lab) -> tuple[int, list[dict]]:
+    result = lab.deploykit("verify", "--inventory", "lab", "--json", check=False)
+    return result.returncode, json.loads(result.stdout)["findings"]
+
+
+def tripped(lab: Lab) -> bool:
+    out = lab.ssh(LAB3, "id=$(systemctl show -p InvocationID --value lmcache-server); "
+                        f"journalctl _SYSTEMD_INVOCATION_ID=$id -q --no-pager | "
+                        f"grep -c '{BREAKER}' || true")
+    return int(out.strip() or 0) > 0
+
+
+def test_a_tripped_breaker_fails_verify_naming_the_host_and_up_heals_it(converged: Lab
+                                                                        ) -> None:
+    rng = random.Random(time.time_ns())
+    for gateway in GATEWAYS:
+        converged.ssh(gateway, "systemctl stop haproxy")
+    try:
+        deadline = time.monotonic() + 180
+        while not tripped(converged):  # each fresh prompt is two chunks LMCache fails to store
+            assert time.monotonic() < deadline, "lab3's LMCache never turned S3 off"
+            complete(LAB3, [rng.randrange(3, 259) for _ in range(256 * 2 + 5)])
+            time.sleep(2)
+    finally:
+        for gateway in GATEWAYS:
+            converged.ssh(gateway, "systemctl start haproxy")
+    for _ in range(60):  # back in Consul's DNS: check interval 1 s, TTL 5 s
+        if len(converged.ssh(LAB3, "getent ahostsv4 s3.lab.test | awk '{print $1}' | "
+                                   "sort -u").split()) == 2:
+            break
+        time.sleep(1)
+
+    rc, findings = verify(converged)
+    failing = [f for f in findings if f["status"] == "fail"]
+    breaker = [f for f in failing if f["check"] == "lmcache-s3-breaker"]
+    assert rc == 6 and [f["target"] for f in breaker] == ["lab3"], failing
+    assert BREAKER in breaker[0]["message"] and "lmcache-server at 20" in breaker[0]["message"]
+    remote = [f for f in failing if f["check"] == "lmcache-remote-tier"]
+    assert remote and all(f["target"] == "lab3" for f in remote), remote
+    assert any("lab3's LMCache turned S3 off" in f["message"] for f in remote), remote
+    # the same-host check cannot see it: lab3's DRAM answers its own repeat
+    same_host = [f for f in findings if f["check"] == "lmcache-cache-hit"]
+    assert all(f["status"] == "pass" for f in same_host), same_host
+
+    summary = converged.converge()
+    healed = [t for t in summary["changed_tasks"] if HEAL_TASK in t["task"]]
+    assert [t["host"] for t in healed] == ["lab3"], summary["changed_tasks"]
+    assert not tripped(converged)
+
+    rc, findings = verify(converged)
+    assert rc == 0, [f for f in findings if f["status"] != "pass"]
+    statuses = {(f["check"], f["target"]): f["status"] for f in findings
+                if f["check"] in ("lmcache-remote-tier", "lmcache-s3-breaker")}
+    assert statuses == {("lmcache-remote-tier", "lab3→lab4"): "pass",
+                        ("lmcache-remote-tier", "lab4→lab3"): "pass",
+                        ("lmcache-s3-breaker", "lab3"): "pass",
+                        ("lmcache-s3-breaker", "lab4"): "pass"}, statuses
