@@ -26,6 +26,42 @@ SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 # Ceph pool names: letters, digits, '.', '_', '-' (no spaces, quotes or shell syntax).
 _POOL_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
+# Every setting lands in some line-oriented text (a unit, an env file, a Corefile, ceph.conf,
+# HCL, HAProxy): a line break there starts a directive of the writer's choosing
+# (`ExecStartPre=+…` runs as root, `LD_PRELOAD=…`), a NUL truncates. So no value, key or
+# element of any setting, secrets included, carries a C0 control character, DEL, or what
+# parsers also read as a line break (NEL, U+2028, U+2029): one rule for every format.
+_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+# POSIX portable user names (useradd's default pattern, no '$'): a unit's User=, chown
+_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# environment variable names as env files and `systemd` read them
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def control_character_problem(value: Any, where: str = "") -> str | None:
+    """Where in `value` (a string, a secret, or lists/dicts of them) a control character
+    sits, or None. Never quotes the value: it may be a secret."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if isinstance(value, str):
+        found = _CONTROL.search(value)
+        if found is None:
+            return None
+        name = {"\n": "a line break", "\r": "a carriage return", "\x00": "a NUL byte",
+                "\t": "a tab"}.get(found.group(), f"control character U+{ord(found.group()):04X}")
+        return f"{where or 'the value'} holds {name} at position {found.start()}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = control_character_problem(key, f"key {str(key)[:40]!r}") or \
+                control_character_problem(item, f"the value of {str(key)[:40]!r}")
+            if problem:
+                return problem
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = control_character_problem(item, f"element {i}")
+            if problem:
+                return problem
+    return None
 
 
 def dns_name_problem(name: str, min_labels: int = 2) -> str | None:
@@ -257,6 +293,32 @@ class HostConfig(BaseModel):
     vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
 
     # --- value checks (issue 10): everything pasted into config text is typed -------------
+    @field_validator("*")
+    @classmethod
+    def _no_control_characters(cls, value: Any) -> Any:
+        problem = control_character_problem(value)
+        if problem:
+            raise ValueError(f"{problem}|remove it: every setting is written into line-based "
+                             "files (units, env files, configs) where it would start a line")
+        return value
+
+    @field_validator("vllm_user")
+    @classmethod
+    def _user_name(cls, value: str) -> str:
+        if not _USER_NAME.match(value):
+            raise ValueError(f"{value[:40]!r} is not a portable user name|lower-case letters, "
+                             "digits, '_' and '-', starting with a letter or '_', at most 32")
+        return value
+
+    @field_validator("vllm_extra_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name[:40]!r} is not an environment variable name|letters, "
+                                 "digits and '_', not starting with a digit")
+        return value
+
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
                      "deploykit_ceph_conf", "vllm_models_dir")
     @classmethod

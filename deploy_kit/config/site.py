@@ -255,6 +255,7 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                                     "give the host's IP address in ansible_host",
                                     hosts=(name,)))
             bad = True
+            values.pop(addr_key, None)  # reported once, here: not again by the model
         try:
             config = HostConfig.model_validate(values)
         except ValidationError as exc:

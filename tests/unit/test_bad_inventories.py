@@ -339,6 +339,34 @@ CASES = [
          "ceph_rgw_count_per_host", ("rgw1", "rgw2")),
     Case("extra-args-not-list", gv("vllm", vllm_extra_args="--enforce-eager"), VF,
          "vllm_extra_args", VLLM),
+    # --- line injection (issue 20 class 1): one rule for every setting and every format ---
+    Case("inject-extra-arg-execstartpre", gv("vllm", vllm_extra_args=[
+        "--enforce-eager", "x\nExecStartPre=+/bin/sh -c 'id > /tmp/pwned'"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("inject-service-user-section", gv("vllm", vllm_user="vllm\n[Service]\nUser=root"),
+         VF, "vllm_user", VLLM),
+    Case("inject-service-user-specifier", gv("vllm", vllm_user="root%n"), VF, "vllm_user",
+         VLLM),
+    Case("inject-extra-env-value-ld-preload", gv("vllm", vllm_extra_env={
+        "OMP_NUM_THREADS": "4\nLD_PRELOAD=/tmp/evil.so"}), VF, "vllm_extra_env", VLLM),
+    Case("inject-extra-env-key", gv("vllm", vllm_extra_env={"A\nLD_PRELOAD": "x"}), VF,
+         "vllm_extra_env", VLLM),
+    Case("extra-env-key-with-equals", gv("vllm", vllm_extra_env={"A=B": "x"}), VF,
+         "vllm_extra_env", VLLM),
+    Case("inject-model-name-nul", gv("vllm", vllm_model="Qwen/Qwen3-8B\x00/etc/shadow"), VF,
+         "vllm_model", VLLM),
+    Case("inject-served-name-cr", gv("vllm", vllm_served_model_name="m\rExecStart=/bin/sh"),
+         VF, "vllm_served_model_name", VLLM),
+    Case("inject-consul-service-name", gv("all", consul_service_name="s3\nforward . 6.6.6.6"),
+         ALLF, "consul_service_name", ALL_HOSTS),
+    Case("inject-unicode-line-separator", gv("all", deploykit_s3_region="us\u2028x"), ALLF,
+         "deploykit_s3_region", ALL_HOSTS),
+    Case("inject-nested-transfer-config", gv("vllm", vllm_kv_transfer_extra={
+        "kv_connector_extra_config": {"k": ["ok", "bad\nline"]}}), VF,
+         "vllm_kv_transfer_extra", VLLM),
+    # a secret with a line break would add lines to the 0600 env file; never echoed
+    Case("inject-secret-newline", gv("vllm", vllm_api_key=SECRET + "\nLD_PRELOAD=/x"), VF,
+         "vllm_api_key", VLLM),
 ]
 
 COMMANDS = (("validate", "-i", "{root}"), ("render", "-i", "{root}", "-o", "{out}"))
