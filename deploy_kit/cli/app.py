@@ -9,6 +9,7 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from deploy_kit import __version__, plugins
 from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, site_cmds, verify_cmds
@@ -79,9 +80,10 @@ def _run(args: list[str], debug: bool, env: Environment) -> int:
                         "no host was contacted.[/]")
         return exc.exit_code
     except DeployKitError as exc:
-        console().print(f"[red]error:[/] {exc.message}", markup=True)
+        # messages quote paths and values: `[/]` in one is text, never rich markup
+        console().print(f"[red]error:[/] {escape(exc.message)}", markup=True)
         if exc.hint:
-            console().print(f"hint: {exc.hint}")
+            console().print(f"hint: {exc.hint}", markup=False)
         if debug:
             console().print_exception()
         return exc.exit_code
@@ -101,7 +103,8 @@ def _run(args: list[str], debug: bool, env: Environment) -> int:
             return ExitCode.USAGE
         if type(exc).__name__ == "Abort":
             return ExitCode.INTERRUPTED
-        console().print(f"[red]internal error:[/] {exc.__class__.__name__}: {exc}")
+        console().print(f"[red]internal error:[/] {exc.__class__.__name__}: "
+                        f"{escape(str(exc))}")
         if debug:
             console().print_exception()
         else:

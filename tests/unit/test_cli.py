@@ -113,3 +113,27 @@ def test_a_run_reads_the_variables_it_is_given(tmp_path: Path) -> None:
     assert f"{missing}: --vault-password-file" in result.stderr
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ  # the run's, not the process's
     assert run("validate", "-i", "example").returncode == 0
+
+
+def test_error_text_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path with `[/]` in an error or hint: printed as written, the documented exit code,
+    no traceback (rich markup once crashed the error handler itself)."""
+    from deploy_kit.cli import app as cli_app
+    from deploy_kit.errors import DeployKitError
+
+    def fail(*_: object, **__: object) -> None:
+        raise DeployKitError("cannot read /srv/x[/]y/[bold]z.json", hint="see /srv/[red]x[/]")
+
+    monkeypatch.setattr(cli_app, "app", fail)
+    result = run_cli("validate", "-i", "whatever")
+    assert result.returncode == DeployKitError("x").exit_code
+    assert "cannot read /srv/x[/]y/[bold]z.json" in result.stderr
+    assert "hint: see /srv/[red]x[/]" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+    def crash(*_: object, **__: object) -> None:
+        raise RuntimeError("bad [/] markup")
+
+    monkeypatch.setattr(cli_app, "app", crash)
+    result = run_cli("validate")
+    assert result.returncode == 1 and "RuntimeError: bad [/] markup" in result.stderr
