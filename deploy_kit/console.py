@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 from rich.console import Console
 
@@ -36,9 +36,37 @@ def data_console() -> Console:
                    no_color=human.no_color or human.color_system is None)
 
 
+class ReaderGone(Exception):
+    """stdout's reader closed the pipe (`| head`). Not an OSError: Click turns a broken
+    pipe into a bare exit 1 before deploykit could say what happened."""
+
+
+class _ReaderAware:
+    """A text stream whose broken pipe raises ReaderGone; everything else is the stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def stdout() -> TextIO:
     """Where machine output (--json, --print-command) goes."""
-    return _bound[-1][1] if _bound else sys.stdout
+    stream = _bound[-1][1] if _bound else sys.stdout
+    return cast(TextIO, _ReaderAware(stream))
 
 
 @contextmanager

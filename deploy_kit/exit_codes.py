@@ -15,3 +15,4 @@ class ExitCode(IntEnum):
     VERIFY_FAILED = 6  # `verify` found at least one failing check
     ENVIRONMENT = 7  # this machine lacks something the command needs (root, a package)
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # the reader of stdout went away (`| head`): 128 + SIGPIPE, as a shell

@@ -5,6 +5,8 @@ Exceptions become exit codes here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from typing import Annotated
 
@@ -14,7 +16,7 @@ from rich.markup import escape
 from deploy_kit import __version__, plugins
 from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, site_cmds, verify_cmds
 from deploy_kit.cli.environment import Environment
-from deploy_kit.console import console, stdout
+from deploy_kit.console import ReaderGone, console, stdout
 from deploy_kit.errors import DeployKitError, InventoryError
 from deploy_kit.exit_codes import ExitCode
 
@@ -64,7 +66,21 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     env = env or Environment()
     with env.active():
-        return _run(args, debug, env)
+        rc = _run(args, debug, env)
+        try:  # what is still buffered meets the reader now, not at interpreter exit
+            env.stdout.flush()
+        except BrokenPipeError:
+            rc = _reader_gone(env)
+        return rc
+
+
+def _reader_gone(env: Environment) -> int:
+    """The reader closed the pipe (`deploykit plan --json | head -1`): stop quietly, and
+    keep Python's exit-time flush from reporting it again."""
+    if env.stdout is sys.__stdout__:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    return ExitCode.BROKEN_PIPE
 
 
 def _run(args: list[str], debug: bool, env: Environment) -> int:
@@ -89,6 +105,8 @@ def _run(args: list[str], debug: bool, env: Environment) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except (BrokenPipeError, ReaderGone):
+        return _reader_gone(env)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except SystemExit as exc:  # sys.exit() somewhere below: the status Python would exit with

@@ -42,6 +42,8 @@ def render(inventory: InventoryOpt,
     from deploy_kit.render.files import render_site, write_tree
     from deploy_kit.render.rundir import role_tree, with_settings
 
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
     site = open_site(inventory, vault_password_file)
     if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
         from deploy_kit.cli.converge_cmds import issue_tls

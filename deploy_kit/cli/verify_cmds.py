@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +20,18 @@ class RoundTripStore(StrEnum):
     nixl = "nixl"
 
 
+def unwritable(path: Path) -> str | None:
+    """Why a report file cannot be written at `path`, or None."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{path} is not writable"
+    return None
+
+
 def _verify(site_name: str, vault_password_file: Path | None, requested: list[str] | None,
             as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
             roundtrip: bool = False, roundtrip_store: str | None = None) -> None:
@@ -29,6 +42,8 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
     from deploy_kit.verify.model import CHECKS, Status, evaluate
     from deploy_kit.verify.selection import SelectionError, check_ids, limited_hosts
 
+    if junit is not None and (problem := unwritable(junit)):
+        raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
     site = open_site(site_name, vault_password_file)
     try:
         only = check_ids(requested, list(CHECKS))

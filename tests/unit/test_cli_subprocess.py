@@ -52,3 +52,32 @@ def test_a_refused_render_writes_nothing(make_inventory: InventoryFactory,
     lines = [ln for ln in result.stderr.splitlines() if " — " in ln]
     assert len(lines) == 1 and "lmcache_chunk_size: 250 is not a multiple" in lines[0]
     assert sorted(tmp_path.rglob("*")) == before  # not OUT, nothing else
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """`deploykit plan --json | head -c 20` where head left first: exit 141 (128 + SIGPIPE,
+    what a shell reports for a tool SIGPIPE ended), no traceback, no 'Exception ignored'
+    from Python's exit-time flush. The pipe's read end is closed before the process starts,
+    so its first write always meets the missing reader."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([str(DEPLOYKIT), "plan", "-i", "example", "--json"], cwd=REPO,
+                              stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              timeout=TIMEOUT_S)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_output_paths_that_cannot_be_written_are_usage_errors(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("keep me\n")
+    result = run(DEPLOYKIT, "render", "-i", "example", "-o", a_file)
+    assert result.returncode == 2 and "exists and is not a directory" in result.stderr
+    assert a_file.read_text() == "keep me\n" and "Traceback" not in result.stderr
+    # --junit is checked before any probe: a site nobody can reach is not even opened
+    result = run(DEPLOYKIT, "verify", "-i", "example", "--junit", a_file / "report.xml")
+    assert result.returncode == 2 and "is not a directory" in result.stderr, result.stderr
