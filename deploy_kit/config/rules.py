@@ -452,6 +452,20 @@ def consul_secrets_well_formed(site: Site) -> Iterator[Problem]:
         c = host.config
         if c.deploykit_dns_mode != "consul":
             return
+        # a switch whose secret is set nowhere cannot work: say so here (exit 3), not in the
+        # role's preflight after hosts were contacted (exit 4). Set but unresolved (a locked
+        # vault, an unset env lookup) stays Ansible's to judge.
+        needed = {"consul_acl_enabled": (c.consul_acl_enabled, (
+            "consul_acl_management_token", "consul_acl_agent_token",
+            "consul_acl_service_token", "consul_acl_dns_token"), "`uuidgen` each"),
+            "consul_gossip_encryption": (c.consul_gossip_encryption, ("consul_gossip_key",),
+                                         "`consul keygen`")}
+        for switch, (switched_on, keys, how) in needed.items():
+            missing = [k for k in keys if getattr(c, k) is None and k not in host.sources]
+            if switched_on and missing:
+                yield Problem(_src(site, host, switch), switch,
+                              f"is true but {', '.join(missing)} set nowhere",
+                              f"add them to the vault ({how}), or set {switch}: false")
         if c.consul_acl_enabled:
             for key in ("consul_acl_management_token", "consul_acl_agent_token",
                         "consul_acl_service_token", "consul_acl_dns_token"):

@@ -364,6 +364,12 @@ CASES = [
     Case("inject-nested-transfer-config", gv("vllm", vllm_kv_transfer_extra={
         "kv_connector_extra_config": {"k": ["ok", "bad\nline"]}}), VF,
          "vllm_kv_transfer_extra", VLLM),
+    # --- switches whose secret is set nowhere (issue 20 class 8): validate, not preflight ---
+    Case("consul-acl-without-tokens", gv("all", deploykit_dns_mode="consul",
+                                         consul_acl_enabled=True), ALLF, "consul_acl_enabled"),
+    Case("consul-gossip-without-key", gv("all", deploykit_dns_mode="consul",
+                                         consul_gossip_encryption=True), ALLF,
+         "consul_gossip_encryption"),
     # a secret with a line break would add lines to the 0600 env file; never echoed
     Case("inject-secret-newline", gv("vllm", vllm_api_key=SECRET + "\nLD_PRELOAD=/x"), VF,
          "vllm_api_key", VLLM),
