@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from deploy_kit import compat
+from deploy_kit.config.models import SECRET_KEYS
 from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import Problem
@@ -516,18 +517,23 @@ def no_secrets_in_plain_files(site: Site) -> Iterator[Problem]:
                               f"a credential here would be written to {where}",
                               "remove it: deploykit writes the S3 keys to the 0600 credentials "
                               "profile from the vault or RGW", hosts=(host.name,))
-        secrets = [s.get_secret_value() for s in (c.deploykit_s3_access_key,
-                                                  c.deploykit_s3_secret_key) if s]
-        secrets = [s for s in secrets if len(s) >= 8]
+        # every secret (S3 keys, Consul tokens and gossip key, vLLM API key, HAProxy stats
+        # password) against every plain setting: a pasted copy lands in 0644 units, env
+        # files, run records and `ps` on the hosts
+        secrets = {key: value.get_secret_value() for key in SECRET_KEYS
+                   if (value := getattr(c, key, None)) is not None}
+        secrets = {key: value for key, value in secrets.items() if len(value) >= 8}
         if not secrets:
             continue
-        for key in sorted(set(type(c).model_fields) - {"deploykit_s3_access_key",
-                                                        "deploykit_s3_secret_key"}):
+        for key in sorted(set(type(c).model_fields) - set(SECRET_KEYS)):
             text = repr(getattr(c, key))
-            if any(s in text for s in secrets):
+            copied = sorted(name for name, value in secrets.items() if value in text)
+            if copied:
                 yield Problem(_src(site, host, key), key,
-                              "holds the S3 access/secret key (it would be written in plain "
-                              "text)", "remove the key from it", hosts=(host.name,))
+                              f"holds the value of {', '.join(copied)} (it would be written "
+                              "in plain text where that secret never goes)",
+                              "remove it: deploykit writes each secret only to its 0600 file",
+                              hosts=(host.name,))
 
 
 @rule

@@ -262,6 +262,14 @@ CASES = [
         gv("all", deploykit_s3_secret_key=REF),
         gv("vllm", vllm_extra_args=["--api-key", SECRET])), VF, "vllm_extra_args", VLLM,
         env={"DK_CORPUS_SECRET": SECRET}),
+    # every secret, not only the S3 keys, against every plain setting (issue 20 class 6)
+    Case("api-key-copied-into-extra-args", gv(
+        "vllm", vllm_api_key=REF, vllm_extra_args=["--api-key", SECRET]), VF,
+        "vllm_extra_args", VLLM, env={"DK_CORPUS_SECRET": SECRET}),
+    Case("stats-password-copied-into-extra-env", both(
+        gv("all", ceph_rgw_concentrator_monitor_password=REF),
+        gv("vllm", vllm_extra_env={"OPTS": f"--x={SECRET}"})), VF, "vllm_extra_env", VLLM,
+        env={"DK_CORPUS_SECRET": SECRET}),
     # --- injection into config text -------------------------------------------------------
     Case("fqdn-newline", gv("all", deploykit_s3_fqdn="s3.example.com\n  forward . 6.6.6.6"),
          ALLF, "deploykit_s3_fqdn", ALL_HOSTS),
