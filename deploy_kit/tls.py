@@ -32,6 +32,9 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.exit_codes import ExitCode
 from deploy_kit.render import tls as names
+from deploy_kit.safe_read import read_bytes
+
+MAX_PEM_BYTES = 1 << 20  # a CA certificate or key is a few KiB
 
 CA_DAYS = 3650
 
@@ -132,9 +135,11 @@ class CA:
 def load_ca(cert_path: Path, key_path: Path) -> CA:
     check_key_file(key_path)
     try:
-        pem = cert_path.read_bytes()
+        # bounded: a FIFO or a device named as the CA must not hang or exhaust memory
+        pem = read_bytes(cert_path, MAX_PEM_BYTES)
         cert = x509.load_pem_x509_certificate(pem)
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(read_bytes(key_path, MAX_PEM_BYTES),
+                                                 password=None)
     except (OSError, ValueError, TypeError) as exc:
         raise TlsError(f"cannot load the CA {cert_path} / {key_path}: {exc}",
                        hint="PEM certificate and an unencrypted PEM key") from None

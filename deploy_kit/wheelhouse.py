@@ -191,11 +191,13 @@ def lock_digest(directory: str) -> str | None:
     if not directory:
         return None
     lock = Path(directory) / LOCK_NAME
-    try:
-        if lock.stat().st_size > 4 << 20:  # a lock is kilobytes; refuse anything odd
-            return None
-        return hashlib.sha256(lock.read_bytes()).hexdigest()
-    except OSError:
+    from deploy_kit.safe_read import UnreadableFile, read_bytes
+
+    if not lock.exists():
+        return None
+    try:  # a lock is kilobytes: a FIFO, a device or anything large is refused unread
+        return hashlib.sha256(read_bytes(lock, 4 << 20)).hexdigest()
+    except (OSError, UnreadableFile):
         return None
 
 

@@ -15,6 +15,7 @@ import yaml
 
 from deploy_kit.config.models import OWNED_PREFIXES
 from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.safe_read import load_yaml, read_text
 
 # Set by deploykit itself, never by an inventory.
 RUN_VARS = frozenset({"deploykit_render_dir", "deploykit_destroy_data"})
@@ -70,10 +71,8 @@ def check_extra_vars(paths: tuple[Path, ...]) -> None:
     """Exit 3 (nothing contacted) when a vars file sets a deploykit setting or is unreadable."""
     problems: list[Problem] = []
     for path in paths:
-        try:
-            if path.stat().st_size > MAX_VARS_FILE:
-                raise ValueError(f"larger than {MAX_VARS_FILE >> 20} MiB")
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        try:  # bounded like every inventory file: no FIFO wait, no size or nesting bomb
+            data, _ = load_yaml(read_text(path, MAX_VARS_FILE))
         except (OSError, ValueError, yaml.YAMLError) as exc:
             reason = f"cannot read: {exc}".splitlines()[0]
             problems.append(Problem(str(path), "--extra-vars", reason,

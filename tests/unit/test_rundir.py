@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,51 @@ def test_playbooks_get_the_inventory_serial_as_a_run_var(
 
     site = open_site(str(make_inventory(vllm={"vllm_serial": 3})))
     assert playbook_vars(site) == {"vllm_serial": 3}
+
+
+def _finishes(fn: Callable[[], object], seconds: float = 20) -> object:
+    """Run fn in a thread; a read that blocks (a FIFO with no writer) fails the test."""
+    import threading
+
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed back to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "blocked reading a FIFO"
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box.get("value")
+
+
+@pytest.mark.parametrize("make", ["fifo", "nested"])
+def test_extra_vars_files_are_read_bounded(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "vars.yml"
+    if make == "fifo":
+        os.mkfifo(path)
+    else:  # 200 levels: past the reader's depth limit, not Python's recursion limit
+        path.write_text('{"a": ' * 200 + "1" + "}" * 200 + "\n")
+    with pytest.raises(InventoryError) as caught:
+        _finishes(lambda: check_extra_vars((path,)))
+    assert caught.value.problems[0].key == "--extra-vars"
+    assert ("FIFO" if make == "fifo" else "deeper than 48 levels") in str(caught.value)
+
+
+def test_ca_and_wheelhouse_lock_fifos_are_refused_unread(tmp_path: Path) -> None:
+    from deploy_kit.tls import TlsError, load_ca
+    from deploy_kit.wheelhouse import LOCK_NAME, lock_digest
+
+    cert, key = tmp_path / "ca.pem", tmp_path / "ca.key"
+    os.mkfifo(cert)
+    key.write_text("not a key\n")
+    key.chmod(0o600)
+    with pytest.raises(TlsError, match="FIFO"):
+        _finishes(lambda: load_ca(cert, key))
+    os.mkfifo(tmp_path / LOCK_NAME)
+    assert _finishes(lambda: lock_digest(str(tmp_path))) is None
