@@ -11,7 +11,7 @@ import posixpath
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
                   "vllm_")
@@ -34,6 +34,7 @@ _POOL_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
 _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 # POSIX portable user names (useradd's default pattern, no '$'): a unit's User=, chown
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_NUMBER_TYPES = (int, float, int | None, float | None)
 # environment variable names as env files and `systemd` read them
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -293,6 +294,16 @@ class HostConfig(BaseModel):
     vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
 
     # --- value checks (issue 10): everything pasted into config text is typed -------------
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # YAML's `yes`/`true` would pass as 1 (a port, a count): a typo, never meant
+        if isinstance(value, bool) and info.field_name is not None and \
+                cls.model_fields[info.field_name].annotation in _NUMBER_TYPES:
+            raise ValueError(f"is {str(value).lower()}, a boolean where a number belongs|"
+                             "give a number")
+        return value
+
     @field_validator("*")
     @classmethod
     def _no_control_characters(cls, value: Any) -> Any:

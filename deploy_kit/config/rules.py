@@ -329,6 +329,13 @@ def host_ports_distinct(site: Site) -> Iterator[Problem]:
     """Services on one host cannot share a port (e.g. CoreDNS health vs a gateway)."""
     for host in site.hosts.values():
         for port, keys in sorted(ports_in_use(host).items()):
+            if port > 65535:  # a base port plus an instance index: each setting alone is valid
+                key = keys.split("|")[0]
+                yield Problem(_src(site, host, key), key,
+                              f"its instances reach port {port}, past 65535",
+                              "lower it so that every instance's port fits",
+                              hosts=(host.name,))
+                break
             if "|" not in keys:
                 continue
             first, second = keys.split("|")[:2]

@@ -372,6 +372,11 @@ CASES = [
     Case("inject-nested-transfer-config", gv("vllm", vllm_kv_transfer_extra={
         "kv_connector_extra_config": {"k": ["ok", "bad\nline"]}}), VF,
          "vllm_kv_transfer_extra", VLLM),
+    # --- numbers that render broken configs (issue 20 class 7) -----------------------------
+    Case("port-boolean", gv("vllm", vllm_port=True), VF, "vllm_port", VLLM),
+    Case("gateway-ports-past-65535", gv("rgw", ceph_rgw_frontend_port=65534,
+                                        ceph_rgw_count_per_host=4), RF,
+         "ceph_rgw_frontend_port", ("rgw1", "rgw2")),
     # --- switches whose secret is set nowhere (issue 20 class 8): validate, not preflight ---
     Case("consul-acl-without-tokens", gv("all", deploykit_dns_mode="consul",
                                          consul_acl_enabled=True), ALLF, "consul_acl_enabled"),
