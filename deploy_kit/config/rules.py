@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from deploy_kit import compat
@@ -612,6 +613,32 @@ def tls_consistent(site: Site) -> Iterator[Problem]:
                           hosts=(host.name,))
 
 
+def _tls_dir_problem(site: Site) -> str | None:
+    """Why deploykit_tls_dir cannot be the CA's private directory, or None: `up` chmods it
+    0700 and writes a `.gitignore` of `*` there, so it must be nothing else's."""
+    value = Path(str(site.settings.deploykit_tls_dir)).expanduser()
+    given = value if value.is_absolute() else site.root / value  # as render.tls resolves it
+    if given.is_symlink():
+        return f"{given} is a symlink"
+    target, inventory = given.resolve(), site.root.resolve()
+    if target == inventory or target in inventory.parents:
+        return f"{target} holds the inventory itself"
+    if target == Path(target.anchor) or len(target.parts) < 3:
+        return f"{target} is a system directory"
+    if target.exists() and not target.is_dir():
+        return f"{target} is not a directory"
+    if target.is_dir():
+        from deploy_kit.safe_read import UnreadableFile, read_text
+
+        try:
+            ours = read_text(target / ".gitignore", 4096).startswith("# deploykit's CA")
+        except (OSError, UnreadableFile):
+            ours = False
+        if not ours and any(target.iterdir()):
+            return f"{target} already holds other files"
+    return None
+
+
 @rule
 def tls_settings_valid(site: Site) -> Iterator[Problem]:
     """A taken CA needs its certificate and its key; one CA, directory and lifetime site-wide
@@ -620,6 +647,10 @@ def tls_settings_valid(site: Site) -> Iterator[Problem]:
             "deploykit_tls_cert_days")
     yield from _agree(site, list(site.hosts.values()), keys, "every host")
     s = site.settings
+    if s.deploykit_tls_dir and (why := _tls_dir_problem(site)):
+        yield Problem(site.settings_source("deploykit_tls_dir"), "deploykit_tls_dir", why,
+                      "name a directory of its own (up makes it 0700 and git-ignores all of "
+                      "it), e.g. .deploykit-tls beside the inventory")
     if not s.deploykit_s3_tls:
         return
     if (s.deploykit_tls_ca_cert is None) != (s.deploykit_tls_ca_key is None):

@@ -372,6 +372,15 @@ CASES = [
     Case("inject-nested-transfer-config", gv("vllm", vllm_kv_transfer_extra={
         "kv_connector_extra_config": {"k": ["ok", "bad\nline"]}}), VF,
          "vllm_kv_transfer_extra", VLLM),
+    # --- paths that point at the wrong thing (issue 20 class 3): up chmods the TLS dir 0700
+    # and git-ignores all of it, so it must be a directory of its own
+    Case("tls-dir-is-the-inventory", gv("all", deploykit_tls_dir="."), ALLF,
+         "deploykit_tls_dir"),
+    Case("tls-dir-above-the-inventory", gv("all", deploykit_tls_dir=".."), ALLF,
+         "deploykit_tls_dir"),
+    Case("tls-dir-root", gv("all", deploykit_tls_dir="/"), ALLF, "deploykit_tls_dir"),
+    Case("tls-dir-holds-other-files", gv("all", deploykit_tls_dir="group_vars"), ALLF,
+         "deploykit_tls_dir"),
     # --- numbers that render broken configs (issue 20 class 7) -----------------------------
     Case("port-boolean", gv("vllm", vllm_port=True), VF, "vllm_port", VLLM),
     Case("gateway-ports-past-65535", gv("rgw", ceph_rgw_frontend_port=65534,
