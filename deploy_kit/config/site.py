@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -256,6 +257,12 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                                     hosts=(name,)))
             bad = True
             values.pop(addr_key, None)  # reported once, here: not again by the model
+        for key in ("vllm_wheel_dir", "lmcache_wheel_dir"):
+            # controller directories: relative to the inventory (as the TLS paths), never
+            # to wherever deploykit or a role happens to run
+            value = values.get(key)
+            if isinstance(value, str) and value and not value.startswith(("/", "~")):
+                values[key] = os.path.normpath(raw.root.resolve() / value)
         try:
             config = HostConfig.model_validate(values)
         except ValidationError as exc:

@@ -170,3 +170,18 @@ def test_ca_and_wheelhouse_lock_fifos_are_refused_unread(tmp_path: Path) -> None
         _finishes(lambda: load_ca(cert, key))
     os.mkfifo(tmp_path / LOCK_NAME)
     assert _finishes(lambda: lock_digest(str(tmp_path))) is None
+
+
+def test_a_relative_wheel_dir_is_the_inventorys_not_the_working_directorys(
+        make_inventory: InventoryFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_inventory(vllm={"vllm_wheel_dir": "wheels/cpu", "lmcache_wheel_dir": "../w"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    site = open_site(str(root))
+    host = site.group("vllm")[0]
+    assert host.config.vllm_wheel_dir == str(root.resolve() / "wheels" / "cpu")
+    assert host.config.lmcache_wheel_dir == str(root.resolve().parent / "w")
+    settings = json.loads(role_tree(site)[host.name][SETTINGS_PATH].content)
+    assert settings["vllm_wheel_dir"] == str(root.resolve() / "wheels" / "cpu")
