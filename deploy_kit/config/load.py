@@ -58,9 +58,33 @@ def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
                                   f"create inventory/{name_or_path}/hosts.yml or pass a path")])
 
 
+def _trusted_top(root: Path) -> Path:
+    """How far links in an inventory may point: the repository holding it (shared
+    group_vars linked from inventories/<env>/ are common), else the inventory itself."""
+    top = root.resolve()
+    for candidate in (top, *top.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return top
+
+
+def _outside(path: Path, root: Path) -> Path | None:
+    """Where `path` really is when a link (the file or a directory on the way) takes it out
+    of the inventory's repository (or the inventory, outside any repository), else None."""
+    real = path.resolve()
+    return None if _trusted_top(root) in real.parents else real
+
+
 def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
                locked: list[str], encrypted: set[str] | None = None,
-               vaulted: set[tuple[str, str]] | None = None) -> Any:
+               vaulted: set[tuple[str, str]] | None = None, root: Path | None = None) -> Any:
+    if root is not None and (target := _outside(path, root)) is not None:
+        # read nothing a link points at outside the inventory (/etc/shadow, a key): its
+        # text could end up in a message, a rendered file or a run record
+        problems.append(Problem(str(path), "(file)", f"is a link to {target}, outside the "
+                                "inventory and its repository",
+                                "copy the file into the inventory"))
+        return {}
     try:
         text = read_text(path)
     except UnreadableFile as exc:
@@ -297,7 +321,8 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
     locked: list[str] = []
     encrypted: set[str] = set()
     vaulted: set[tuple[str, str]] = set()
-    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted, vaulted)
+    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted, vaulted,
+                     root=path)
     hosts_file_broken = bool(problems)
     hosts: dict[str, RawHost] = {}
     inline_group_vars: dict[str, tuple[dict[str, Any], str]] = {}
@@ -319,7 +344,8 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
 
     def read_vars(f: Path) -> dict[str, Any]:
         if f not in file_cache:
-            data = _read_yaml(f, vault_password, problems, locked, encrypted, vaulted)
+            data = _read_yaml(f, vault_password, problems, locked, encrypted, vaulted,
+                              root=path)
             if str(f) not in encrypted and f.stem.startswith("vault"):
                 plain_vault_files.add(str(f))
             if not isinstance(data, dict):

@@ -381,6 +381,12 @@ CASES = [
     Case("tls-dir-root", gv("all", deploykit_tls_dir="/"), ALLF, "deploykit_tls_dir"),
     Case("tls-dir-holds-other-files", gv("all", deploykit_tls_dir="group_vars"), ALLF,
          "deploykit_tls_dir"),
+    # links out of the inventory are not read (a CI job reading a PR's inventory as root)
+    # (a link the corpus's own writer never writes through: it is no key of `files`)
+    Case("group-vars-link-to-shadow", lambda files, root: (
+        (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True),
+        (root / "group_vars" / "all" / "shadow.yml").symlink_to("/etc/shadow")),
+        "group_vars/all/shadow.yml", "(file)"),
     # --- numbers that render broken configs (issue 20 class 7) -----------------------------
     Case("port-boolean", gv("vllm", vllm_port=True), VF, "vllm_port", VLLM),
     Case("gateway-ports-past-65535", gv("rgw", ceph_rgw_frontend_port=65534,

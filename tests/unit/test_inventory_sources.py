@@ -144,3 +144,28 @@ def test_an_executable_vault_password_file_is_a_password_script(
     failing.chmod(0o700)
     with pytest.raises(InventoryError, match="exited 4"):
         open_site(str(root), failing)
+
+
+def test_links_may_point_inside_the_repository_but_not_out_of_it(tmp_path: Path) -> None:
+    """inventories/<env>/group_vars linked to shared vars in the same repository is common
+    and works; the same link in an inventory outside any repository is refused unread."""
+    import yaml
+
+    from deploy_kit.config.open import open_site
+    from deploy_kit.errors import InventoryError
+    from tests.conftest import BASE_HOSTS
+
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "shared").mkdir()
+    (repo / "shared" / "all.yml").write_text("deploykit_s3_fqdn: s3.shared.example\n")
+    inventory = repo / "inventories" / "prod"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(BASE_HOSTS))
+    (inventory / "group_vars" / "all.yml").symlink_to("../../../shared/all.yml")
+    assert open_site(str(inventory)).settings.deploykit_s3_fqdn == "s3.shared.example"
+
+    (repo / ".git").rmdir()  # the same tree, no repository: only the inventory is trusted
+    with pytest.raises(InventoryError) as caught:
+        open_site(str(inventory))
+    assert "outside the inventory" in str(caught.value)
