@@ -35,6 +35,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 # POSIX portable user names (useradd's default pattern, no '$'): a unit's User=, chown
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _NUMBER_TYPES = (int, float, int | None, float | None)
+_ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # environment variable names as env files and `systemd` read them
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -311,6 +312,25 @@ class HostConfig(BaseModel):
         if problem:
             raise ValueError(f"{problem}|remove it: every setting is written into line-based "
                              "files (units, env files, configs) where it would start a line")
+        return value
+
+    @field_validator("consul_service_name", "consul_datacenter")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        # both become DNS labels (<service>.service.<dc>.consul) and names in Consul's
+        # HCL/JSON policy text: a quote or brace there would add rules
+        if not _LABEL.match(value):
+            raise ValueError(f"{value[:40]!r} is not a DNS label|letters, digits and '-', "
+                             "at most 63, not starting or ending with '-'")
+        return value
+
+    @field_validator("ceph_rgw_s3_user", "ceph_rgw_concentrator_monitor_user")
+    @classmethod
+    def _account_name(cls, value: str) -> str:
+        # an RGW uid (radosgw-admin argv) and an HAProxy userlist name (config text)
+        if not _ACCOUNT.match(value):
+            raise ValueError(f"{value[:40]!r} is not a plain account name|letters, digits, "
+                             "'.', '_' and '-', at most 64")
         return value
 
     @field_validator("vllm_user")
