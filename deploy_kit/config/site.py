@@ -117,9 +117,26 @@ def _fix_for(error: dict[str, Any]) -> str:
     return "see README for the accepted values"
 
 
+def _model_dir_problem(model: Path, root: Path) -> str | None:
+    real = model.resolve()
+    if real in root.resolve().parents or real == root.resolve():
+        return f"{model} holds the inventory"
+    if len(real.parts) < 3 and not (real / "config.json").is_file():
+        return f"{model} is a system directory, not a model"
+    if real.exists() and not (real / "config.json").is_file():
+        return f"{model} has no config.json: not a model directory"
+    return None
+
+
 def _geometry(raw_vars: dict[str, Any], config: HostConfig, root: Path, source: str,
               problems: list[Problem], hosts: tuple[str, ...] = ()) -> ModelGeometry | None:
     model_config = config.vllm_model_config
+    if config.model_is_local and (why := _model_dir_problem(Path(config.vllm_model), root)):
+        # the vllm role copies this directory to every serving host: never `/`, never the
+        # inventory (vault password, CA key) or anything that is not a model
+        problems.append(Problem(source, "vllm_model", why, "give the model directory on the "
+                                "controller (with its config.json)", hosts=hosts))
+        return None
     if model_config is None and config.model_is_local:
         model_config = f"{config.vllm_model.rstrip('/')}/config.json"  # the staged directory's
         source_key = "vllm_model"

@@ -387,6 +387,13 @@ CASES = [
         (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True),
         (root / "group_vars" / "all" / "shadow.yml").symlink_to("/etc/shadow")),
         "group_vars/all/shadow.yml", "(file)"),
+    # the vllm role copies a local model directory to every serving host: never `/`
+    Case("model-root-with-config-elsewhere", lambda files, root: (
+        model_config(json_text('{"num_hidden_layers": 4, "num_attention_heads": 8, '
+                               '"num_key_value_heads": 8, "hidden_size": 512}'))(files, root),
+        files["group_vars/vllm.yml"].update(vllm_model="/")), VF, "vllm_model", VLLM),
+    Case("model-is-the-inventory", lambda files, root: files["group_vars/vllm.yml"].update(
+        vllm_model=str(root)), VF, "vllm_model", VLLM),
     # --- numbers that render broken configs (issue 20 class 7) -----------------------------
     Case("port-boolean", gv("vllm", vllm_port=True), VF, "vllm_port", VLLM),
     Case("gateway-ports-past-65535", gv("rgw", ceph_rgw_frontend_port=65534,
