@@ -25,16 +25,19 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import DeployKitError
+from deploy_kit.errors import DeployKitError, InventoryError, Problem
 from deploy_kit.exit_codes import ExitCode
 from deploy_kit.render import tls as names
 from deploy_kit.safe_read import read_bytes
 
 MAX_PEM_BYTES = 1 << 20  # a CA certificate or key is a few KiB
+# what may sign the concentrator certificates (DSA and X25519 cannot, or should not)
+SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey,
+                ed448.Ed448PrivateKey)
 
 CA_DAYS = 3650
 
@@ -79,10 +82,13 @@ def check_key_file(path: Path) -> None:
     """A CA key readable or writable by anyone but its owner is refused (as OpenSSH refuses
     such identity files): it signs certificates every serving host trusts."""
     try:
-        st = path.stat()
+        st = path.lstat()
     except OSError as exc:
         raise TlsError(f"cannot read the CA key {path}: {exc.strerror}",
                        hint="set deploykit_tls_ca_key to a readable file") from None
+    if stat.S_ISLNK(st.st_mode):  # its target's mode is what protects it: name that file
+        raise TlsError(f"the CA key {path} is a symlink",
+                       hint="set deploykit_tls_ca_key to the key file itself")
     if not stat.S_ISREG(st.st_mode):
         raise TlsError(f"the CA key {path} is not a regular file")
     if st.st_mode & 0o077:
@@ -156,7 +162,49 @@ def load_ca(cert_path: Path, key_path: Path) -> CA:
     if cert.not_valid_after_utc <= _now():
         raise TlsError(f"the CA {cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d}",
                        hint="give a valid CA (every certificate it issued is invalid too)")
+    if cert.not_valid_before_utc > _now():
+        raise TlsError(f"the CA {cert_path} is not valid before "
+                       f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC",
+                       hint="check this machine's clock, or give a CA valid now")
+    if not isinstance(key, SIGNING_KEYS):
+        raise TlsError(f"the CA key {key_path} is a {type(key).__name__}: it cannot sign "
+                       "certificates here", hint="an EC, RSA or Ed25519 CA key")
     return CA(cert, key, pem)
+
+
+def signature_hash(key: object) -> hashes.SHA256 | None:
+    """Ed25519/Ed448 sign without a separate hash; EC and RSA with SHA-256."""
+    return None if isinstance(key, ed25519.Ed25519PrivateKey | ed448.Ed448PrivateKey) \
+        else hashes.SHA256()
+
+
+def refuse_bad_ca(site: Site) -> None:
+    """Exit 3 (an inventory problem, nothing contacted) for a CA `up` could not use."""
+    problems = site_tls_problems(site)
+    if problems:
+        raise InventoryError(problems)
+
+
+def site_tls_problems(site: Site) -> list[Problem]:
+    """What `up` would refuse about the site's CA, found without writing anything, so that
+    validate, plan and render exit 3 on it (a CA deploykit will create is no problem)."""
+    s = site.settings
+    if not s.deploykit_s3_tls:
+        return []
+    cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
+    if s.deploykit_tls_ca_cert is None and not cert_path.exists():
+        return []
+    try:
+        check_key_file(key_path)
+        load_ca(cert_path, key_path)
+    except TlsError as exc:
+        key = "deploykit_tls_ca_key" if exc.message.startswith(
+            ("the CA key", "cannot read the CA key")) else "deploykit_tls_ca_cert"
+        if s.deploykit_tls_ca_cert is None:
+            key = "deploykit_tls_dir"  # the CA deploykit created there
+        return [Problem(site.settings_source(key), key, exc.message,
+                        exc.hint or "give a PEM CA certificate and its unencrypted key")]
+    return []
 
 
 def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:
@@ -187,7 +235,7 @@ def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, byt
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                            critical=False)
             .add_extension(aki, critical=False)
-            .sign(ca.key, hashes.SHA256()))  # type: ignore[arg-type]
+            .sign(ca.key, signature_hash(ca.key)))  # type: ignore[arg-type]
     return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 

@@ -60,8 +60,10 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
     from deploy_kit.config.open import open_site
     from deploy_kit.project import project_dir
     from deploy_kit.render.rundir import write_run_tree
+    from deploy_kit.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
+    refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
     for path in options.extra_vars:
         if not path.is_file():
             raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")

@@ -19,8 +19,10 @@ def plan(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
     from deploy_kit.envelope import dumps
     from deploy_kit.plan.plan import build_plan
+    from deploy_kit.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)
+    refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
     if as_json:
         payload = result.to_dict()
@@ -41,10 +43,12 @@ def render(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
     from deploy_kit.render.files import render_site, write_tree
     from deploy_kit.render.rundir import role_tree, with_settings
+    from deploy_kit.tls import refuse_bad_ca
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
     site = open_site(inventory, vault_password_file)
+    refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
         from deploy_kit.cli.converge_cmds import issue_tls
 
@@ -60,8 +64,10 @@ def render(inventory: InventoryOpt,
 def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
     from deploy_kit.config.open import open_site
+    from deploy_kit.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)
+    refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
 
 

@@ -177,3 +177,90 @@ def test_the_render_play_issues_like_up(make_inventory: InventoryFactory, tmp_pa
     for path in out.rglob("*"):
         if path.is_file():
             assert b"PRIVATE KEY" not in path.read_bytes(), path
+
+
+def _ca_files(tmp_path: Path, *, key_type: str = "ec", days: int = 3650,
+              starts_in_days: int = 0, leaf: bool = False) -> tuple[Path, Path]:
+    """A CA certificate and its key on disk, made to order (key type, validity, CA or not)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from cryptography.x509.oid import NameOID
+
+    key = ed25519.Ed25519PrivateKey.generate() if key_type == "ed25519" else \
+        ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ops CA")])
+    start = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=starts_in_days)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(start - datetime.timedelta(minutes=5))
+            .not_valid_after(start + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=not leaf, path_length=None), critical=True)
+            .sign(key, None if key_type == "ed25519" else hashes.SHA256()))
+    cert_path, key_path = tmp_path / "ops-ca.crt", tmp_path / "ops-ca.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def _bad_ca(tmp_path: Path, fault: str) -> tuple[Path, Path]:
+    if fault == "expired":
+        return _ca_files(tmp_path, days=1, starts_in_days=-10)
+    if fault == "not-yet-valid":
+        return _ca_files(tmp_path, starts_in_days=30)
+    if fault == "leaf-as-ca":
+        return _ca_files(tmp_path, leaf=True)
+    cert, key = _ca_files(tmp_path)
+    if fault == "missing-cert":
+        cert.unlink()
+    elif fault == "world-readable-key":
+        key.chmod(0o644)
+    elif fault == "symlinked-key":
+        real = tmp_path / "real.key"
+        key.rename(real)
+        key.symlink_to(real)
+    elif fault == "mismatched-key":
+        (tmp_path / "other").mkdir()
+        _, other_key = _ca_files(tmp_path / "other")
+        key.write_bytes(other_key.read_bytes())
+    return cert, key
+
+
+FAULTS = {"missing-cert": ("deploykit_tls_ca_cert", "cannot load"),
+          "world-readable-key": ("deploykit_tls_ca_key", "accessible to others"),
+          "symlinked-key": ("deploykit_tls_ca_key", "is a symlink"),
+          "expired": ("deploykit_tls_ca_cert", "expired on"),
+          "not-yet-valid": ("deploykit_tls_ca_cert", "is not valid before"),
+          "leaf-as-ca": ("deploykit_tls_ca_cert", "no CA certificate"),
+          "mismatched-key": ("deploykit_tls_ca_key", "does not belong")}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_every_ca_fault_is_an_inventory_problem_before_up(
+        make_inventory: InventoryFactory, tmp_path: Path, fault: str) -> None:
+    """validate, plan and render refuse what up would refuse: exit 3, one line naming the
+    setting, nothing written (render's OUT does not appear)."""
+    cert, key = _bad_ca(tmp_path, fault)
+    root = make_inventory(all={**TLS, "deploykit_tls_ca_cert": str(cert),
+                               "deploykit_tls_ca_key": str(key)})
+    setting, words = FAULTS[fault]
+    for argv in (("validate", "-i", str(root)), ("plan", "-i", str(root)),
+                 ("render", "-i", str(root), "-o", str(tmp_path / "out"))):
+        result = run_cli(*argv)
+        lines = [ln for ln in result.stderr.splitlines() if " — " in ln]
+        assert result.returncode == 3 and len(lines) == 1, (argv, result.stderr)
+        assert f"{setting}: " in lines[0] and words in lines[0], lines[0]
+    assert not (tmp_path / "out").exists() and not (root / ".deploykit-tls").exists()
+
+
+def test_an_ed25519_ca_issues_the_concentrator_certificates(
+        make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    cert, key = _ca_files(tmp_path, key_type="ed25519")
+    root = make_inventory(all={**TLS, "deploykit_tls_ca_cert": str(cert),
+                               "deploykit_tls_ca_key": str(key)})
+    assert run_cli("validate", "-i", str(root)).returncode == 0
+    tls.ensure_site_tls(open_site(str(root)))
+    issued = _cert((root / ".deploykit-tls" / "rgw1.pem").read_bytes())
+    issued.verify_directly_issued_by(_cert(cert.read_bytes()))
