@@ -64,6 +64,9 @@ def test_the_ring_pairs_only_hosts_that_can_read_each_others_chunks() -> None:
     assert [(w.name, r.name, t.name if t else None) for w, r, t in pairs] == [
         ("gpu1", "gpu2", "gpu3"), ("gpu2", "gpu3", "gpu1"), ("gpu3", "gpu1", "gpu2")]
     assert sorted(alone) == ["gpu4", "gpu5"]
+    local_only, alone = ring([_serving_host("gpu1", lmcache_mode="dram"),
+                              _serving_host("gpu2", lmcache_mode="dram")])
+    assert local_only == [] and "no remote tier" in alone["gpu1"]
     two, _ = ring(hosts[:2])
     assert [(w.name, r.name, t) for w, r, t in two] == [("gpu1", "gpu2", None),
                                                         ("gpu2", "gpu1", None)]

@@ -23,6 +23,7 @@ from deploy_kit.verify.probes import completions as oa
 from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, request_with_hits
 
 SETTLE_S = 5.0  # LMCache stores a finished request's chunks in S3 in the background
+REMOTE_MODES = ("s3", "nixl")  # the lmcache_mode values with a tier other hosts read
 
 
 def tier_key(host: Host) -> Hashable:
@@ -40,10 +41,14 @@ def ring(hosts: list[Host]) -> tuple[list[tuple[Host, Host, Host | None]], dict[
     (third: the host after the reader, asked only when the reader misses; None in a ring of
     two); hosts alone in their group, with why."""
     groups: dict[Hashable, list[Host]] = defaultdict(list)
+    alone: dict[str, str] = {}
     for host in hosts:
+        if host.config.lmcache_mode not in REMOTE_MODES:  # dram/disk: nothing is shared
+            alone[host.name] = (f"lmcache_mode {host.config.lmcache_mode}: no remote tier "
+                                "to prove")
+            continue
         groups[tier_key(host)].append(host)
     pairs: list[tuple[Host, Host, Host | None]] = []
-    alone: dict[str, str] = {}
     for members in groups.values():
         if len(members) < 2:
             alone[members[0].name] = ("no other serving host shares its model and KV "
