@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def require_tool(name: str) -> str:
@@ -16,3 +22,33 @@ def require_tool(name: str) -> str:
     if os.environ.get("DEPLOYKIT_REQUIRE_TOOLS") == "1":
         pytest.fail(f"{name} is required here (DEPLOYKIT_REQUIRE_TOOLS=1) but not installed")
     pytest.skip(f"{name} not installed")
+
+
+def ansible_module(module: str, args: dict, check: bool = False,
+                   secrets: dict[str, str] | None = None, tmp: Path | None = None,
+                   ok: bool = True) -> dict:
+    """One module run on localhost as a role runs it (the collection through ansible.cfg);
+    secrets travel in an extra-vars file, never in argv. Returns Ansible's JSON result,
+    of a run that must succeed (ok) or fail (not ok)."""
+    ansible = Path(sys.executable).parent / "ansible"
+    argv = [str(ansible), "localhost", "-m", f"deploykit.kvcache.{module}", "-a", json.dumps(args)]
+    if secrets:
+        assert tmp is not None
+        extra = tmp / "secrets.json"
+        extra.write_text(json.dumps(secrets))
+        extra.chmod(0o600)
+        argv += ["-e", f"@{extra}"]
+    if check:
+        argv.append("--check")
+    # ad-hoc's own output: `localhost | CHANGED => {the module's JSON result}`
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_LOCALHOST_WARNING": "false"}
+    result = subprocess.run([*argv, "--one-line"], capture_output=True, text=True,
+                            timeout=300, cwd=REPO, env=env)
+    assert (result.returncode == 0) == ok, result.stdout[-3000:] + result.stderr[-3000:]
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("localhost | "))
+    outcome: dict = json.loads(line.split(" => ", 1)[1])
+    if secrets:
+        for value in secrets.values():
+            assert value not in result.stdout + result.stderr
+    return outcome

@@ -161,6 +161,9 @@ class HostConfig(BaseModel):
     ceph_rgw_networks: list[str] = Field(default_factory=list)
     ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64)  # needs 2x fds
     ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0)
+    # rolling restarts: how long a drain may wait for DNS to drop (or re-add) a host and for
+    # a gateway's open requests to finish before the run fails
+    ceph_rgw_drain_timeout: int = Field(default=120, ge=1, le=3600)
     ceph_rgw_thread_pool_size: int = Field(default=512, ge=8)
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))

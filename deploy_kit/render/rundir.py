@@ -61,6 +61,8 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "credentials_path": names.credentials_path(c),
         "rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
         "files": paths,
+        # Consul re-reads these on SIGHUP; any other file under /etc/consul.d needs a restart
+        "consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
     }
     try:
         table = compat.vllm(c.vllm_version)
@@ -102,7 +104,14 @@ def site_facts(site: Site) -> dict[str, Any]:
         "lifecycle": lifecycle_rules(s),
         # service addresses of the gateway hosts, inventory order (bucket setup uses the first)
         "gateways": [h.address for h in site.hosts.values() if "rgw" in h.groups],
+        # every CoreDNS the serving hosts ask: a drained gateway waits until none names it
+        "dns_servers": [dns_server(h) for h in site.hosts.values() if "dns" in h.groups],
     }
+
+
+def dns_server(host: Host) -> str:
+    port = host.config.coredns_port
+    return f"[{host.address}]:{port}" if ":" in host.address else f"{host.address}:{port}"
 
 
 def _json(data: Any) -> RenderedFile:

@@ -31,6 +31,7 @@ from deploy_kit.render.files import render_site
 from deploy_kit.verify.model import ConsulView
 from deploy_kit.verify.probes.consul_probe import probe
 from tests.conftest import BASE_HOSTS, InventoryFactory
+from tests.tools import ansible_module
 
 RGW = {"rgw1": "127.0.1.1", "rgw2": "127.0.1.2"}
 INTERVAL_S, TTL_S = 1, 2
@@ -201,3 +202,37 @@ def test_names_answer_with_consuls_passing_set_and_a_failed_check_leaves_dns(
     assert back <= INTERVAL_S + TTL_S, f"came back after {back:.2f} s"
     print(f"\nloopback consul: left DNS after {gone:.2f} s, back after {back:.2f} s "
           f"(bound {INTERVAL_S + TTL_S} s)")
+
+
+def maintenance(stack: dict, service_id: str, enable: bool) -> None:
+    """What roles/ceph_rgw/tasks/roll.yml does before and after a gateway host restarts."""
+    url = (f"http://127.0.0.1:{stack['ports']['http']}/v1/agent/service/maintenance/"
+           f"{service_id}?enable={str(enable).lower()}&reason=deploykit+rolling+restart")
+    with urllib.request.urlopen(urllib.request.Request(url, method="PUT"), timeout=5) as r:
+        assert r.status == 200
+
+
+def test_a_drained_gateway_leaves_dns_and_the_drain_gate_sees_it(stack: dict) -> None:
+    """The rolling restart's drain, through Ansible: Consul's maintenance mode on the rendered
+    service id (s3-<host>) takes the host out of CoreDNS's answers, deploykit_dns_wait
+    returns only once no server names it, times out while one still does, and sees it
+    come back."""
+    port = stack["ports"]["coredns"]
+    server = f"127.0.0.1:{port}"
+    both = sorted(RGW.values())
+    wait_answer("s3.deploykit.test.", port, both, timeout=15)
+    gate = {"name": "s3.deploykit.test", "address": RGW["rgw2"],
+            "servers": [server, "127.0.0.1:1"], "timeout": 2}  # the second answers nothing
+    still = ansible_module("deploykit_dns_wait", {**gate, "state": "absent"}, ok=False)
+    assert "still answer with 127.0.1.2" in still["msg"], still
+    assert sorted(still["answers"][server]) == both and still["answers"]["127.0.0.1:1"] is None
+
+    maintenance(stack, "s3-rgw2", enable=True)
+    gone = ansible_module("deploykit_dns_wait", {**gate, "state": "absent", "timeout": 30})
+    assert gone["changed"] is False and gone["answers"][server] == [RGW["rgw1"]], gone
+    assert answer("s3.deploykit.test.", port)[0] == [RGW["rgw1"]]
+
+    maintenance(stack, "s3-rgw2", enable=False)
+    back = ansible_module("deploykit_dns_wait", {**gate, "servers": [server],
+                                                 "state": "present", "timeout": 30})
+    assert sorted(back["answers"][server]) == both, back

@@ -31,8 +31,8 @@ import yaml
 from deploy_kit.transport.sigv4 import Credentials, request
 from tests.cli import Result, run_cli
 from tests.conftest import REPO
+from tests.tools import ansible_module
 
-BIN = Path(sys.executable).parent
 ADDRESS, PORT, FQDN, BUCKET = "127.0.0.2", 7480, "s3.loop.test", "lmcache"
 VHOST = f"{BUCKET}.{FQDN}"
 
@@ -128,34 +128,6 @@ def loopback(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopback]:
     finally:
         _stop(pids)
         shutil.rmtree(work, ignore_errors=True)
-
-
-def ansible_module(module: str, args: dict, check: bool = False,
-                   secrets: dict[str, str] | None = None, tmp: Path | None = None) -> dict:
-    """One module run on localhost as a role runs it (the collection through ansible.cfg);
-    secrets travel in an extra-vars file, never in argv. Returns Ansible's JSON result."""
-    argv = [str(BIN / "ansible"), "localhost", "-m", f"deploykit.kvcache.{module}",
-            "-a", json.dumps(args)]
-    if secrets:
-        assert tmp is not None
-        extra = tmp / "secrets.json"
-        extra.write_text(json.dumps(secrets))
-        extra.chmod(0o600)
-        argv += ["-e", f"@{extra}"]
-    if check:
-        argv.append("--check")
-    # ad-hoc's own output: `localhost | CHANGED => {the module's JSON result}`
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCALHOST_WARNING": "false"}
-    result = subprocess.run([*argv, "--one-line"], capture_output=True, text=True,
-                            timeout=300, cwd=REPO, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("localhost | "))
-    outcome: dict = json.loads(line.split(" => ", 1)[1])
-    if secrets:
-        for value in secrets.values():
-            assert value not in result.stdout + result.stderr
-    return outcome
 
 
 def pool(conf: Path, name: str) -> dict:

@@ -37,7 +37,7 @@ def test_role_tree_is_render_without_secrets_plus_settings(
         assert settings["derived"]["files"] == sorted(
             p for p, f in full[name].items() if not f.secret)
     facts = json.loads(tree["_cluster"][SITE_PATH].content)
-    assert set(facts) == {"ceph", "lifecycle", "gateways"}
+    assert set(facts) == {"ceph", "lifecycle", "gateways", "dns_servers"}
 
 
 def test_roles_get_service_addresses_never_an_ssh_alias(
@@ -64,6 +64,9 @@ def test_roles_get_service_addresses_never_an_ssh_alias(
             assert "via-bastion" not in rendered.content, f"{name}{path}"
     facts = json.loads(tree["_cluster"][SITE_PATH].content)
     assert facts["gateways"] == ["10.0.0.11", "10.0.0.12"]
+    # what a drained gateway host asks before it restarts: service addresses, never aliases
+    assert facts["dns_servers"] and all(s.startswith("10.0.") and s.endswith(":53")
+                                        for s in facts["dns_servers"]), facts["dns_servers"]
 
 
 def test_written_run_tree_has_no_key_anywhere(tmp_path: Path,

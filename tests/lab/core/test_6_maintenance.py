@@ -1,0 +1,125 @@
+"""Maintenance of the tier under load (issue 19): a configuration change that restarts every
+gateway, reloads every concentrator and Consul service definition and restarts every
+CoreDNS, applied by `up` while a client keeps sending fresh prompts to both serving hosts.
+
+The roles configure all hosts at once and restart one host at a time behind a drain
+(Consul maintenance mode, DNS gate, HAProxy drain per gateway). So no prompt fails, no
+serving process restarts, LMCache logs no S3 connection error (its breaker never trips),
+and verify, the cross-host check included, is green. Then the old settings roll back the
+same way."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.lab.conftest import Lab
+from tests.lab.vllm_http import SERVING, complete
+
+pytestmark = pytest.mark.lab
+
+GATEWAYS = {"lab1": "10.99.0.11", "lab2": "10.99.0.12"}
+OVERRIDE = REPO / "inventory" / "lab" / "group_vars" / "all" / "zz-maintenance.yml"
+CHANGES = {
+    "ceph_rgw_thread_pool_size": 48,       # ceph.conf: every gateway restarts
+    "ceph_rgw_concentrator_maxconn": 4000,  # haproxy.cfg: every concentrator reloads
+    "coredns_metrics_port": 9154,          # Corefile: every CoreDNS restarts
+    "consul_check_interval": "2s",         # s3-service.json: every gateway's agent reloads
+}
+SERVING_UNITS = ("vllm", "lmcache-server")
+
+
+def invocations(lab: Lab, address: str, units: tuple[str, ...]) -> dict[str, str]:
+    out = lab.ssh(address, " ".join(f"systemctl show -p InvocationID --value {u};"
+                                    for u in units))
+    return dict(zip(units, out.split(), strict=True))
+
+
+class FreshPrompts:
+    """Fresh two-chunk prompts to each serving host in turn until stopped: each one makes
+    LMCache store two chunks through the gateways being restarted."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.sent = 0
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.rng = random.Random(time.time_ns())
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for address in SERVING.values():
+                try:
+                    complete(address, [self.rng.randrange(3, 259) for _ in range(256 * 2 + 5)])
+                    self.sent += 1
+                except OSError as exc:
+                    self.errors.append(f"{address}: {exc}")
+
+    def __enter__(self) -> FreshPrompts:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=600)
+
+
+def maintenance_tasks(summary: dict, prefix: str) -> list[str]:
+    return [t["host"] for t in summary["changed_tasks"] if t["task"].startswith(prefix)]
+
+
+def roll(lab: Lab) -> dict:
+    """One `up` under load; what every maintenance run must keep."""
+    serving_before = {n: invocations(lab, a, SERVING_UNITS) for n, a in SERVING.items()}
+    gateways_before = {n: invocations(lab, a, ("haproxy",)) for n, a in GATEWAYS.items()}
+    with FreshPrompts() as load:
+        summary = lab.converge()
+    assert summary["rc"] == 0 and not summary["failed"], summary["failed"]
+    assert load.sent >= 2 and not load.errors, (load.sent, load.errors)
+
+    # one gateway host at a time: out of DNS, restarted, back in, then the next
+    out = maintenance_tasks(summary, "Take this host out of DNS")
+    back = maintenance_tasks(summary, "Put this host back into DNS")
+    assert sorted(out) == sorted(GATEWAYS) and out == back, summary["changed_tasks"]
+    order = [(t["host"], t["task"][:4]) for t in summary["changed_tasks"]
+             if t["task"].startswith(("Take this host out", "Put this host back"))]
+    assert order == [(out[0], "Take"), (out[0], "Put "), (out[1], "Take"), (out[1], "Put ")]
+    restarted = maintenance_tasks(summary, "Restart the gateway")
+    assert sorted(restarted) == sorted(h for h in GATEWAYS for _ in range(2)), restarted
+    assert sorted(maintenance_tasks(summary, "Restart coredns")) == sorted(GATEWAYS)
+    # a reload, not a restart: the concentrators and the agents keep running
+    assert not maintenance_tasks(summary, "Restart the concentrator")
+    assert not maintenance_tasks(summary, "Restart consul")
+    assert sorted(maintenance_tasks(summary, "Reload consul")) == sorted(GATEWAYS)
+    assert {n: invocations(lab, a, ("haproxy",)) for n, a in GATEWAYS.items()} \
+        == gateways_before
+
+    assert {n: invocations(lab, a, SERVING_UNITS) for n, a in SERVING.items()} \
+        == serving_before, "a serving process restarted"
+    return summary
+
+
+def test_gateway_dns_and_consul_changes_roll_without_touching_serving(converged: Lab) -> None:
+    OVERRIDE.write_text(yaml.safe_dump(CHANGES))
+    try:
+        roll(converged)
+        conf = converged.ssh(GATEWAYS["lab1"], "cat /etc/ceph/ceph.conf")
+        assert "rgw thread pool size = 48" in conf, conf
+        result = converged.deploykit("verify", "--inventory", "lab", "--json", check=False)
+        findings = json.loads(result.stdout)["findings"]
+        assert result.returncode == 0, [f for f in findings if f["status"] != "pass"]
+        tier = {(f["check"], f["target"]): f["status"] for f in findings
+                if f["check"] in ("lmcache-remote-tier", "lmcache-s3-breaker")}
+        # pass, not warn: not one S3 connection error in either LMCache during the roll
+        assert set(tier.values()) == {"pass"} and len(tier) == 4, tier
+    finally:
+        OVERRIDE.unlink(missing_ok=True)
+    roll(converged)  # and back, the same way
+    assert "rgw thread pool size = 64" in converged.ssh(GATEWAYS["lab1"],
+                                                         "cat /etc/ceph/ceph.conf")
