@@ -181,3 +181,10 @@ def coredns_verified(version: str) -> str | None:
     """How the rendered Corefile was checked for this CoreDNS version; None: unverified."""
     entry = (_table().get("coredns") or {}).get(version.strip())
     return None if entry is None else entry.get("verified")
+
+
+def consul_release_sha256(version: str) -> str | None:
+    """The pinned sha256 of a Consul release archive (linux_amd64); None: not pinned here."""
+    pins = (_table().get("consul") or {}).get("release_sha256") or {}
+    value = pins.get(version.strip())
+    return None if value is None else str(value)

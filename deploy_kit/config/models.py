@@ -186,8 +186,8 @@ class HostConfig(BaseModel):
     consul_service_name: str = "s3"
     consul_check_interval: str = Field(default="10s", pattern=r"^\d+(ms|s|m)$")
     consul_check_timeout: str = Field(default="2s", pattern=r"^\d+(ms|s|m)$")
-    # 1.16.x is the last MPL-2.0 line; 1.17 and later are BUSL
-    consul_version: str = "1.16.1"
+    # 1.16.x is the last MPL-2.0 line (1.17 and later are BUSL); 1.16.3 its newest release
+    consul_version: str = "1.16.3"
     coredns_port: int = Field(default=53, ge=1, le=65535)
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
@@ -205,6 +205,9 @@ class HostConfig(BaseModel):
     # sha256 of the consul binary the role installs (consul_binary_src or the release's
     # binary); the install fails on a mismatch
     consul_binary_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # sha256 of the downloaded release archive; unset: deploykit's pin for consul_version
+    # (compat.yaml), else the release's own SHA256SUMS beside consul_binary_url
+    consul_archive_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     consul_raft_multiplier: int | None = Field(default=None, ge=1, le=10)  # 1: fastest failover
     consul_leave_on_terminate: bool | None = None  # None: Consul's default (clients leave)
     consul_retry_interval: str | None = Field(default=None, pattern=r"^\d+(ms|s|m)$")

@@ -48,6 +48,25 @@ def lmcache_packages(c: HostConfig) -> list[str]:
     return [f"lmcache[nixl]=={c.lmcache_version}", *pins]
 
 
+def consul_archive_checksum(c: HostConfig) -> str:
+    """A pin (the inventory's, else compat.yaml's), else the release's SHA256SUMS file
+    beside the archive (a mirror of the release directory carries it too)."""
+    pin = c.consul_archive_sha256 or compat.consul_release_sha256(c.consul_version)
+    if pin:
+        return f"sha256:{pin}"
+    url = c.consul_binary_url.replace("{version}", c.consul_version)
+    return f"sha256:{url.rsplit('/', 1)[0]}/consul_{c.consul_version}_SHA256SUMS"
+
+
+def coredns_archive_checksum(c: HostConfig) -> str:
+    """coredns_binary_checksum when set, else the `<archive>.sha256` CoreDNS publishes with
+    every release archive."""
+    pin = c.coredns_binary_checksum.removeprefix("sha256:")
+    if pin:
+        return f"sha256:{pin}"
+    return f"sha256:{c.coredns_binary_url.replace('{version}', c.coredns_version)}.sha256"
+
+
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     """What the roles act on: every setting with its default filled in, and derived names."""
     c = host.config
@@ -63,6 +82,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "files": paths,
         # Consul re-reads these on SIGHUP; any other file under /etc/consul.d needs a restart
         "consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
+        # what get_url checks a downloaded release against: never nothing
+        "consul_archive_checksum": consul_archive_checksum(c),
+        "coredns_archive_checksum": coredns_archive_checksum(c),
     }
     try:
         table = compat.vllm(c.vllm_version)

@@ -1,8 +1,8 @@
 """A real Consul agent built from the Go module proxy (tools/consul), cached with its sha256.
 
-Consul is pinned to v1.16.1 by tools/consul/go.mod and go.sum: the last MPL-2.0 release line
+Consul is pinned to v1.16.3 by tools/consul/go.mod and go.sum: the last MPL-2.0 release line
 (1.17 and later are BUSL). The first build takes about 11 minutes on two cores; later lab runs
-reuse /var/cache/deploykit/consul-1.16.1/. Roles install it from the controller and check the
+reuse /var/cache/deploykit/consul-1.16.3/. Roles install it from the controller and check the
 sha256 recorded here, so lab hosts never reach a registry.
 """
 
@@ -17,7 +17,7 @@ from deploy_kit.project import project_dir
 from deploykit_lab.layout import CACHE_DIR
 from deploykit_lab.system import cache_lock, run
 
-CONSUL_VERSION = "1.16.1"
+CONSUL_VERSION = "1.16.3"
 CONSUL_MODULE = "github.com/hashicorp/consul"
 
 

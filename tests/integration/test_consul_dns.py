@@ -170,7 +170,7 @@ def wait_answer(name: str, port: int, expected: list[str], timeout: float) -> fl
 def test_consul_build_is_the_pinned_mpl_release(binaries: tuple[Path, Path]) -> None:
     out = subprocess.run([str(binaries[0]), "version"], capture_output=True, text=True,
                          check=True, timeout=30).stdout
-    assert out.splitlines()[0] == "Consul v1.16.1", out
+    assert out.splitlines()[0] == "Consul v1.16.3", out
 
 
 def test_names_answer_with_consuls_passing_set_and_a_failed_check_leaves_dns(

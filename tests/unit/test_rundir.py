@@ -188,3 +188,31 @@ def test_a_relative_wheel_dir_is_the_inventorys_not_the_working_directorys(
     assert host.config.lmcache_wheel_dir == str(root.resolve().parent / "w")
     settings = json.loads(role_tree(site)[host.name][SETTINGS_PATH].content)
     assert settings["vllm_wheel_dir"] == str(root.resolve() / "wheels" / "cpu")
+
+
+CONSUL_1163 = "9d0d7ad123844d43543d285cc0b3e15393d75ffa384bf84e5d64226a7f3d3132"
+
+
+@pytest.mark.parametrize(("settings", "consul", "coredns"), [
+    ({}, f"sha256:{CONSUL_1163}",
+     "sha256:https://github.com/coredns/coredns/releases/download/v1.12.1/"
+     "coredns_1.12.1_linux_amd64.tgz.sha256"),
+    # a version deploykit has no pin for: the release's own checksum file, from the mirror
+    ({"consul_version": "1.16.2", "coredns_version": "1.15.0",
+      "consul_binary_url": "https://mirror.example/consul/{version}/consul_{version}_linux_amd64.zip",
+      "coredns_binary_url": "https://mirror.example/coredns-{version}.tgz"},
+     "sha256:https://mirror.example/consul/1.16.2/consul_1.16.2_SHA256SUMS",
+     "sha256:https://mirror.example/coredns-1.15.0.tgz.sha256"),
+    ({"consul_archive_sha256": "a" * 64, "coredns_binary_checksum": "sha256:" + "b" * 64},
+     "sha256:" + "a" * 64, "sha256:" + "b" * 64),
+])
+def test_every_download_is_checked(make_inventory: InventoryFactory, settings: dict,
+                                   consul: str, coredns: str) -> None:
+    """The consul and coredns roles hand these to get_url's `checksum`: a pin when there is
+    one, else the checksum file published beside the archive, never nothing."""
+    site = open_site(str(make_inventory(all=settings)))
+    tree = role_tree(site)
+    for name in site.hosts:
+        derived = json.loads(tree[name][SETTINGS_PATH].content)["derived"]
+        assert derived["consul_archive_checksum"] == consul
+        assert derived["coredns_archive_checksum"] == coredns

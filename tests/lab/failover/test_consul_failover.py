@@ -83,7 +83,7 @@ def failing(findings: dict[str, list[dict]], check: str) -> list[str]:
 def test_consul_mode_is_the_lab_default_and_verify_sees_consul(converged: Lab) -> None:
     assert settings()["deploykit_dns_mode"] == "consul"
     version = converged.ssh(RGW["lab1"], "/usr/local/bin/consul version").splitlines()[0]
-    assert version == "Consul v1.16.1"
+    assert version == "Consul v1.16.3"
     sums = {converged.ssh(a, "sha256sum /usr/local/bin/consul").split()[0]
             for a in [*RGW.values(), CLIENT]}
     assert sums == {settings()["consul_binary_sha256"]}
