@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import copy
 import http.server
-import os
 import socket
-import subprocess
 import threading
 import time
 import urllib.request
@@ -23,6 +21,7 @@ from deploy_kit.render.files import render_site
 from deploy_kit.render.names import rgw_instance_names
 from tests.conftest import BASE_HOSTS, InventoryFactory
 from tests.integration.test_consul_dns import free_port
+from tests.integration.test_haproxy_tls import start_rendered_haproxy
 from tests.tools import ansible_module, require_tool
 
 HOLD_S = 3.0
@@ -74,14 +73,8 @@ def concentrator(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[d
         "ceph_rgw_frontend_port": first, "ceph_rgw_concentrator_monitor_port": monitor,
         "ceph_rgw_concentrator_maxconn": 4096})))  # this machine's fd limit is 20000
     sock = tmp_path / "admin.sock"
-    cfg = (render_site(site)["rgw1"]["/etc/haproxy/haproxy.cfg"].content
-           .replace("bind *:", "bind 127.0.0.1:")
-           .replace("/run/haproxy/admin.sock", str(sock))
-           .replace("    log /dev/log local0 warning\n", ""))
-    (tmp_path / "haproxy.cfg").write_text(cfg)
-    env = {**os.environ, "DEPLOYKIT_STATS_USER": "admin", "DEPLOYKIT_STATS_PASSWORD": "x"}
-    proc = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_rendered_haproxy(
+        haproxy, render_site(site)["rgw1"]["/etc/haproxy/haproxy.cfg"].content, tmp_path)
     try:
         deadline = time.monotonic() + 15
         while not sock.exists():
@@ -95,6 +88,23 @@ def concentrator(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[d
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+def busy_gateway(sock: str, names: list[str], timeout: float = 10) -> int:
+    """Which of rgw1's two gateways HAProxy has a session open on (`show stat` scur)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.connect(sock)
+            conn.sendall(b"show stat\n")
+            text = b"".join(iter(lambda: conn.recv(65536), b"")).decode()
+        scur = {row[1]: row[4] for row in (r.split(",") for r in text.splitlines())
+                if len(row) > 4 and row[0] == "rgw"}  # pxname, svname, qcur, qmax, scur
+        busy = [i for i, name in enumerate(names) if scur.get(name) not in (None, "", "0")]
+        if len(busy) == 1:
+            return busy[0]
+        time.sleep(0.1)
+    raise AssertionError("no gateway holds the open request")
 
 
 def get(port: int, path: str = "/") -> int:
@@ -114,28 +124,29 @@ def test_a_drain_waits_for_open_requests_and_sends_new_ones_elsewhere(concentrat
     served: list[int] = []
     slow = threading.Thread(target=lambda: served.append(get(c["s3"], "/slow")))
     slow.start()
-    time.sleep(0.5)  # leastconn: the open request sits on the first gateway
+    busy = busy_gateway(c["socket"], c["names"])  # the gateway holding the open request
+    other = 1 - busy
     started = time.monotonic()
     drained = ansible_module("deploykit_haproxy_server",
-                             {**args, "server": c["names"][0], "state": "drain",
+                             {**args, "server": c["names"][busy], "state": "drain",
                               "wait_idle": True})
     waited = time.monotonic() - started
     slow.join(timeout=30)
-    assert served == [c["ports"][0]], served  # the open request finished, on gateway 0
+    assert served == [c["ports"][busy]], served  # the open request finished where it was
     assert drained["changed"] is True and drained["status"].startswith("DRAIN"), drained
     assert drained["sessions"] == 0
     assert waited >= HOLD_S - 1.5, f"returned after {waited:.1f} s with a request open"
-    assert {get(c["s3"]) for _ in range(10)} == {c["ports"][1]}  # nothing new on gateway 0
+    assert {get(c["s3"]) for _ in range(10)} == {c["ports"][other]}  # nothing new there
 
     checked = ansible_module("deploykit_haproxy_server",
-                             {**args, "server": c["names"][0], "state": "ready"}, check=True)
+                             {**args, "server": c["names"][busy], "state": "ready"}, check=True)
     assert checked["changed"] is True and checked["status"].startswith("DRAIN"), checked
 
     back = ansible_module("deploykit_haproxy_server",
-                          {**args, "server": c["names"][0], "state": "ready", "wait_up": True})
+                          {**args, "server": c["names"][busy], "state": "ready", "wait_up": True})
     assert back["changed"] is True and back["status"].startswith("UP"), back
     again = ansible_module("deploykit_haproxy_server",
-                           {**args, "server": c["names"][0], "state": "ready"})
+                           {**args, "server": c["names"][busy], "state": "ready"})
     assert again["changed"] is False
 
     missing = ansible_module("deploykit_haproxy_server",

@@ -85,6 +85,18 @@ def _site(make_inventory: InventoryFactory, gateway: int, s3: int, monitor: int,
         "ceph_rgw_concentrator_maxconn": 4096})  # this machine's fd limit is 20000
 
 
+def start_rendered_haproxy(haproxy: str, cfg: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """The real HAProxy on a rendered haproxy.cfg, made local: loopback binds, the admin
+    socket at tmp_path/admin.sock, no syslog, the stats login from the environment."""
+    cfg = (cfg.replace("bind *:", "bind 127.0.0.1:")
+           .replace("/run/haproxy/admin.sock", str(tmp_path / "admin.sock"))
+           .replace("    log /dev/log local0 warning\n", ""))
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    env = {**os.environ, "DEPLOYKIT_STATS_USER": "admin", "DEPLOYKIT_STATS_PASSWORD": "x"}
+    return subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
 def _wait_health(port: int) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -109,15 +121,9 @@ def concentrator(make_inventory: InventoryFactory, gateway: int, tmp_path: Path,
     assert [i.action for i in issued] == ["issued"]
     cfg = render_site(site)["rgw1"]["/etc/haproxy/haproxy.cfg"].content
     assert f"ssl crt {tls_names.HAPROXY_PEM_PATH}" in cfg
-    # loopback only, the issued PEM from the controller's TLS directory, a private socket
-    cfg = (cfg.replace(tls_names.HAPROXY_PEM_PATH, str(issued[0].path))
-           .replace("bind *:", "bind 127.0.0.1:")
-           .replace("/run/haproxy/admin.sock", str(tmp_path / "admin.sock"))
-           .replace("    log /dev/log local0 warning\n", ""))
-    (tmp_path / "haproxy.cfg").write_text(cfg)
-    env = {**os.environ, "DEPLOYKIT_STATS_USER": "admin", "DEPLOYKIT_STATS_PASSWORD": "x"}
-    proc = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # the issued PEM from the controller's TLS directory
+    proc = start_rendered_haproxy(
+        haproxy, cfg.replace(tls_names.HAPROXY_PEM_PATH, str(issued[0].path)), tmp_path)
     try:
         try:
             _wait_health(monitor)
