@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -122,10 +123,19 @@ def find_preset(model: str) -> ModelGeometry | None:
 _HF_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
+# Far above any published model (405B: 126 layers, 8 KV heads of 128; DeepSeek-V3: rank
+# 512), far below what would make the sizing arithmetic meaningless.
+GEOMETRY_BOUNDS = {"num_hidden_layers": 4096, "num_attention_heads": 16384,
+                   "num_key_value_heads": 16384, "head_dim": 16384, "hidden_size": 1 << 20,
+                   "kv_lora_rank": 1 << 16, "qk_rope_head_dim": 16384}
+
+
 def _positive(data: dict[str, Any], key: str, default: Any = None) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{key} is {value!r}, not a positive integer")
+    if value > GEOMETRY_BOUNDS[key]:
+        raise ValueError(f"{key} is {value}, beyond any model (at most {GEOMETRY_BOUNDS[key]})")
     return value
 
 
@@ -155,8 +165,10 @@ def from_hf_config(path: Path) -> ModelGeometry:
     rope: dict[str, Any] = rope_raw if isinstance(rope_raw, dict) else {}
     try:
         theta = float(data.get("rope_theta") or rope.get("rope_theta") or 0.0)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ValueError("rope_theta is not a number") from None
+    if not math.isfinite(theta) or theta < 0:
+        raise ValueError(f"rope_theta is {theta}, not a finite, non-negative number")
     if data.get("kv_lora_rank"):
         return ModelGeometry(num_layers=layers, dtype=dtype, mla=True,
                              kv_lora_rank=_positive(data, "kv_lora_rank"),

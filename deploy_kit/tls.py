@@ -105,8 +105,19 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def create_ca(site_name: str, days: int = CA_DAYS) -> tuple[bytes, bytes]:
-    """A self-signed CA that may sign server certificates only (path length 0)."""
+def name_constraints(fqdn: str, networks: list[str]) -> x509.NameConstraints:
+    """What the site CA may vouch for: the S3 name and its bucket names (a DNS subtree), and
+    the gateway networks when the inventory names them (ceph_rgw_networks). It sits in each
+    serving host's system trust store, so without this its key could vouch for any site."""
+    permitted: list[x509.GeneralName] = [x509.DNSName(fqdn)]
+    permitted += [x509.IPAddress(ipaddress.ip_network(n, strict=False)) for n in networks]
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None)
+
+
+def create_ca(site_name: str, days: int = CA_DAYS,
+              constraints: x509.NameConstraints | None = None) -> tuple[bytes, bytes]:
+    """A self-signed CA that may sign server certificates only (path length 0), for the
+    names `constraints` permits (RFC 5280: a critical extension)."""
     key = _new_key()
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "deploykit"),
                          x509.NameAttribute(NameOID.COMMON_NAME, f"deploykit CA {site_name}")])
@@ -122,9 +133,11 @@ def create_ca(site_name: str, days: int = CA_DAYS) -> tuple[bytes, bytes]:
                                          crl_sign=True, encipher_only=False,
                                          decipher_only=False), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+                           critical=False))
+    if constraints is not None:
+        cert = cert.add_extension(constraints, critical=True)
+    signed = cert.sign(key, hashes.SHA256())
+    return signed.public_bytes(serialization.Encoding.PEM), _key_pem(key)
 
 
 @dataclass(frozen=True)
@@ -287,7 +300,8 @@ def ensure_ca(site: Site) -> CA:
     cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
     if s.deploykit_tls_ca_cert is None and not cert_path.exists():
         _private_dir(cert_path.parent)
-        cert_pem, key_pem = create_ca(site.name)
+        cert_pem, key_pem = create_ca(site.name, constraints=name_constraints(
+            s.deploykit_s3_fqdn, s.ceph_rgw_networks))
         _write_private(key_path, key_pem)
         cert_path.write_bytes(cert_pem)  # public; 0644 under a 0700 directory
     return load_ca(cert_path, key_path)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from deploy_kit.transport.hosts import ShellResult
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -52,3 +54,11 @@ def ansible_module(module: str, args: dict, check: bool = False,
         for value in secrets.values():
             assert value not in result.stdout + result.stderr
     return outcome
+
+
+def run_script_here(host: str, script: str, timeout: float = 60) -> ShellResult:
+    """What the transport returns for a probe's script on `host`, with the script run on
+    this machine instead (against loopback services standing in for the host's own)."""
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                          timeout=timeout)
+    return ShellResult(host, done.stdout, done.returncode, None, done.stderr)

@@ -38,6 +38,14 @@ _NUMBER_TYPES = (int, float, int | None, float | None)
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # environment variable names as env files and `systemd` read them
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# ports of services that run as their own user with no CAP_NET_BIND_SERVICE (HAProxy and
+# CoreDNS may bind below 1024: HAProxy starts as root, CoreDNS's unit grants the capability)
+UNPRIVILEGED_PORTS = {
+    "ceph_rgw_frontend_port": "radosgw", "consul_dns_port": "consul",
+    "consul_http_port": "consul", "vllm_port": "vLLM",
+    "lmcache_server_port": "the LMCache server", "lmcache_server_http_port": "the LMCache server",
+    "lmcache_server_metrics_port": "the LMCache server",
+}
 
 
 def control_character_problem(value: Any, where: str = "") -> str | None:
@@ -90,11 +98,11 @@ LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
 
 
 class PoolSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str
-    pg_num: int = Field(gt=0)
-    pgp_num: int | None = None
+    pg_num: int = Field(gt=0, le=1_048_576)
+    pgp_num: int | None = Field(default=None, gt=0, le=1_048_576)
     size: int = Field(default=2, ge=1, le=10)
     min_size: int = Field(default=1, ge=1, le=10)
     application: str = "rgw"
@@ -118,7 +126,8 @@ DEFAULT_POOLS = (
 class HostConfig(BaseModel):
     """The effective variables of one host after group/host precedence."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # NaN and infinity pass every range check (NaN compares false): refused as a class
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     # --- site: the S3 name every client uses, versions, secrets ---------------------------
     deploykit_s3_fqdn: str = "s3.cephlab.com"
@@ -143,8 +152,8 @@ class HostConfig(BaseModel):
     deploykit_dns_mode: Literal["consul", "static"] = "consul"
     deploykit_dns_ttl: int = Field(default=5, ge=0, le=3600)
     deploykit_ceph_version: str = "19.2.3"
-    deploykit_ceph_osd_count: int | None = Field(default=None, ge=1)
-    deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0)
+    deploykit_ceph_osd_count: int | None = Field(default=None, ge=1, le=100_000)
+    deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0, le=10**15)
     deploykit_address: str | None = None  # defaults to ansible_host
     # packages-mode gateways need the cluster's identity (`ceph config generate-minimal-conf`)
     deploykit_ceph_fsid: str | None = Field(default=None, pattern=r"^[0-9a-f-]{36}$")
@@ -159,18 +168,18 @@ class HostConfig(BaseModel):
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_user: str = "admin"
     ceph_rgw_networks: list[str] = Field(default_factory=list)
-    ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64)  # needs 2x fds
-    ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0)
+    ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64, le=10_000_000)  # needs 2x fds
+    ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0, le=3600)
     # rolling restarts: how long a drain may wait for DNS to drop (or re-add) a host and for
     # a gateway's open requests to finish before the run fails
     ceph_rgw_drain_timeout: int = Field(default=120, ge=1, le=3600)
-    ceph_rgw_thread_pool_size: int = Field(default=512, ge=8)
-    ceph_rgw_host_cpus: int | None = Field(default=None, ge=1)
+    ceph_rgw_thread_pool_size: int = Field(default=512, ge=8, le=65536)
+    ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
     ceph_rgw_pools_noautoscale: bool = True
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
-    ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0)
+    ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0, le=36500)
     # deploykit's own per-host HAProxy by default: no upstream Ceph release up to 20.2.4 has
     # the cephadm RGW spec `concentrator` fields (downstream IBM Storage Ceph 8.1 does), so
     # `cephadm` is an explicit opt-in for such builds (deploy_kit/data/compat.yaml).
@@ -181,8 +190,13 @@ class HostConfig(BaseModel):
     # --- consul / coredns / resolver: one name, one A record per concentrator -------------
     consul_datacenter: str = "dc1"
     consul_data_dir: str = "/opt/consul"
-    consul_bootstrap_expect: int | None = Field(default=None, ge=1)
+    consul_bootstrap_expect: int | None = Field(default=None, ge=1, le=99)
     consul_dns_port: int = Field(default=8600, ge=1, le=65535)
+    consul_http_port: int = Field(default=8500, ge=1, le=65535)
+    # Consul's HTTP API (and gRPC): loopback by default, since with ACLs off anyone who
+    # reaches it can register an `s3` instance. The roles and verify use it on the host
+    # itself; DNS listens on the host's address as well (CoreDNS forwards to it).
+    consul_http_address: str = "127.0.0.1"
     consul_service_name: str = "s3"
     consul_check_interval: str = Field(default="10s", pattern=r"^\d+(ms|s|m)$")
     consul_check_timeout: str = Field(default="2s", pattern=r"^\d+(ms|s|m)$")
@@ -225,22 +239,23 @@ class HostConfig(BaseModel):
     # --- lmcache ----------------------------------------------------------------------
     lmcache_version: str = "0.5.6"
     lmcache_mode: LMCacheMode = "s3"
-    lmcache_chunk_size: int = Field(default=256, ge=1)
+    lmcache_chunk_size: int = Field(default=256, ge=1, le=1_048_576)
     lmcache_local_cpu: bool | None = None  # None: the mode's default
-    lmcache_max_local_cpu_size: float | None = Field(default=None, ge=0)  # GB per worker
+    lmcache_max_local_cpu_size: float | None = Field(default=None, ge=0, le=65536)  # GB per worker
     lmcache_save_unfull_chunk: bool = False
     lmcache_enable_async_loading: bool = True
-    lmcache_blocking_timeout_secs: int = Field(default=100, ge=1)
+    lmcache_blocking_timeout_secs: int = Field(default=100, ge=1, le=86400)
     lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
-    lmcache_s3_num_io_threads: int = Field(default=64, ge=1)
+    lmcache_s3_num_io_threads: int = Field(default=64, ge=1, le=4096)
     lmcache_s3_prefer_http2: bool = False
-    lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1)  # 0.3.x only
+    lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1, le=65536)  # 0.3.x only
     lmcache_nixl_backend: str = "OBJ"
-    lmcache_nixl_pool_size: int = Field(default=0, ge=0)  # 0: dynamic, content-addressed
+    # 0: dynamic, content-addressed
+    lmcache_nixl_pool_size: int = Field(default=0, ge=0, le=10_000_000)
     lmcache_nixl_buffer_device: Literal["cpu", "cuda"] = "cpu"
-    lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1)
+    lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1, le=2**42)
     lmcache_disk_path: str = "/var/cache/lmcache"
-    lmcache_max_local_disk_size: float = Field(default=100.0, ge=0)
+    lmcache_max_local_disk_size: float = Field(default=100.0, ge=0, le=10**6)
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True
@@ -252,10 +267,11 @@ class HostConfig(BaseModel):
     lmcache_server_port: int = Field(default=6555, ge=1, le=65535)  # vLLM <-> server (ZMQ)
     lmcache_server_http_port: int = Field(default=6556, ge=1, le=65535)  # health, admin
     lmcache_server_metrics_port: int = Field(default=6557, ge=1, le=65535)  # Prometheus
-    lmcache_server_l1_size_gb: float = Field(default=1.0, gt=0)  # DRAM tier, GB
+    lmcache_server_l1_size_gb: float = Field(default=1.0, gt=0, le=65536)  # DRAM tier, GB
     lmcache_server_eviction_policy: Literal["LRU"] = "LRU"
     lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
-    lmcache_server_mq_timeout: int = Field(default=120, ge=1)  # vLLM's wait for the server, s
+    # vLLM's wait for the server, s
+    lmcache_server_mq_timeout: int = Field(default=120, ge=1, le=86400)
 
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.33.0"
@@ -269,8 +285,8 @@ class HostConfig(BaseModel):
     vllm_kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
                                  "float16"] = "auto"
     vllm_dtype: str = "auto"
-    vllm_block_size: int | None = Field(default=None, ge=1)
-    vllm_max_model_len: int | None = Field(default=None, ge=1)
+    vllm_block_size: int | None = Field(default=None, ge=1, le=65536)
+    vllm_max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
     vllm_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     vllm_rope_scaling: dict[str, Any] | None = None
     vllm_port: int = Field(default=8000, ge=1, le=65535)
@@ -283,11 +299,11 @@ class HostConfig(BaseModel):
     vllm_extra_env: dict[str, str] = Field(default_factory=dict)
     vllm_venv: str = "/opt/vllm"
     vllm_user: str = "vllm"
-    vllm_serial: int = Field(default=1, ge=1)
-    vllm_concurrent_requests: int = Field(default=16, ge=1)
+    vllm_serial: int = Field(default=1, ge=1, le=10_000)
+    vllm_concurrent_requests: int = Field(default=16, ge=1, le=1_000_000)
     vllm_install: bool = True
     vllm_wheel_dir: str = ""
-    vllm_health_timeout: int = Field(default=1800, ge=10)
+    vllm_health_timeout: int = Field(default=1800, ge=10, le=86400)
     vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
     # optional; from the vault, written to a 0600 env file as VLLM_API_KEY (never in argv)
     vllm_api_key: SecretStr | None = None
@@ -367,6 +383,17 @@ class HostConfig(BaseModel):
     def _model(cls, value: str) -> str:
         return _absolute_path(value) if value.startswith("/") else value
 
+    @field_validator(*UNPRIVILEGED_PORTS)
+    @classmethod
+    def _unprivileged_port(cls, value: int, info: ValidationInfo) -> int:
+        # these services run as their own user without CAP_NET_BIND_SERVICE (radosgw drops
+        # to ceph before its frontends bind; consul, vllm and the LMCache server have User=)
+        if value < 1024:
+            service = UNPRIVILEGED_PORTS[str(info.field_name)]
+            raise ValueError(f"port {value} is privileged, but {service} runs as an "
+                             "unprivileged user and could not bind it|use a port from 1024 up")
+        return value
+
     @field_validator("deploykit_s3_fqdn")
     @classmethod
     def _fqdn(cls, value: str) -> str:
@@ -402,6 +429,16 @@ class HostConfig(BaseModel):
             except ValueError:
                 raise ValueError(f"{entry!r} is not an upstream resolver|give an IPv4/IPv6 "
                                  "address (optionally :port) or a resolv.conf path") from None
+        return value
+
+    @field_validator("consul_http_address")
+    @classmethod
+    def _ip_address(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"{value[:40]!r} is not an IP address|give 127.0.0.1 (the "
+                             "default), the host's own address or 0.0.0.0") from None
         return value
 
     @field_validator("ceph_rgw_networks")

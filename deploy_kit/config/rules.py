@@ -271,6 +271,33 @@ def consul_quorum(site: Site) -> Iterator[Problem]:
             return
 
 
+# node names let through: host names, FQDN inventory names included. Anything else (an
+# underscore, a space, a '/') makes Consul warn that DNS cannot name the node
+_CONSUL_NODE = re.compile(r"^[A-Za-z0-9-]{1,63}$|^(?=.{1,253}$)[A-Za-z0-9-]{1,63}"
+                          r"(\.[A-Za-z0-9-]{1,63})+$")
+
+
+@rule
+def consul_node_names_usable(site: Site) -> Iterator[Problem]:
+    """Every Consul agent's node name is its inventory name: a name Consul cannot serve, or
+    two names one catalog treats as one node (its index ignores case), break registration."""
+    if site.settings.deploykit_dns_mode != "consul":
+        return
+    agents = [h for h in site.hosts.values() if h.groups & {"rgw", "consul_servers"}]
+    seen: dict[str, str] = {}
+    for host in sorted(agents, key=lambda h: h.name):
+        if not _CONSUL_NODE.match(host.name):
+            yield Problem(site.hosts_file, host.name, "is not a name Consul can give a node "
+                          "(letters, digits, '-' and '.' only)",
+                          "rename the host in the inventory (keep ansible_host as it is)",
+                          hosts=(host.name,))
+            continue
+        other = seen.setdefault(host.name.lower(), host.name)
+        if other != host.name:
+            yield Problem(site.hosts_file, host.name, f"is the Consul node {other} (Consul "
+                          "ignores case in node names)", "give each host a distinct name",
+                          hosts=(other, host.name))
+
 @rule
 def rgw_fits_cores(site: Site) -> Iterator[Problem]:
     """RGW daemons per host must fit the host's cores."""
@@ -312,7 +339,7 @@ def ports_in_use(host: Host) -> dict[int, str]:
                    (c.coredns_ready_port, "coredns_ready_port"),
                    (c.coredns_metrics_port, "coredns_metrics_port")]
     if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
-        claims += [(c.consul_dns_port, "consul_dns_port"), (8500, "consul HTTP API")]
+        claims += [(c.consul_dns_port, "consul_dns_port"), (c.consul_http_port, "consul_http_port")]
     if "vllm" in host.groups:
         claims.append((c.vllm_port, "vllm_port"))
         if c.lmcache_topology == "server":
@@ -339,8 +366,7 @@ def host_ports_distinct(site: Site) -> Iterator[Problem]:
                 break
             if "|" not in keys:
                 continue
-            first, second = keys.split("|")[:2]
-            key = second if second != "consul HTTP API" else first
+            first, key = keys.split("|")[:2]
             yield Problem(_src(site, host, key), key,
                           f"port {port} on {host.name} is also used by {first}",
                           "give each service on the host its own port")

@@ -210,16 +210,28 @@ def _secret_origin(key: str, value: Any, rh: Any, raw: RawInventory, hosts_file:
         hosts=(rh.name,))
 
 
-def address_problem(address: str, need_ip: bool) -> str | None:
-    """Why a host address cannot be used (written into zones, resolv.conf, HAProxy)."""
+# groups whose address is written into DNS records, Consul's bind_addr and host:port
+# endpoints: an IPv4 address (the tier's records are A records, its endpoints unbracketed)
+IPV4_GROUPS = frozenset({"rgw", "dns", "consul_servers"})
+
+
+def address_problem(address: str, groups: frozenset[str] | set[str]) -> str | None:
+    """Why a host address cannot be a service address (zones, Consul, HAProxy, health
+    gates, verify's probes), or None."""
     try:
-        ipaddress.ip_address(address)
-        return None
+        ip = ipaddress.ip_address(address)
     except ValueError:
-        pass
-    if need_ip:
-        return f"{address!r} is not an IPv4/IPv6 address (it is written into DNS records)"
-    return dns_name_problem(address, min_labels=1)
+        if groups & IPV4_GROUPS:
+            return f"{address!r} is not an IPv4 address (it is written into DNS records)"
+        return dns_name_problem(address, min_labels=1)
+    if ip.is_unspecified or ip.is_multicast or ip.is_link_local or ip.is_reserved:
+        kind = ("unspecified" if ip.is_unspecified else "multicast" if ip.is_multicast else
+                "link-local" if ip.is_link_local else "reserved")
+        return f"{address!r} is a {kind} address, which no other host can reach this one at"
+    if ip.version == 6 and groups & IPV4_GROUPS:
+        return (f"{address!r} is IPv6; the S3 tier's DNS records and gateway endpoints are "
+                "IPv4 in this release")
+    return None
 
 
 def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
@@ -265,12 +277,13 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                     continue  # locked vault or unset env: unknown until Ansible runs
             values[key] = value
         address = str(rh.vars.get("deploykit_address") or rh.vars.get("ansible_host") or name)
-        why = address_problem(address, need_ip=bool(rh.groups & {"rgw", "dns"}))
+        why = address_problem(address, rh.groups)
         if why:
             addr_key = "deploykit_address" if rh.vars.get("deploykit_address") else \
                 "ansible_host"
             problems.append(Problem(rh.sources.get(addr_key, hosts_file), addr_key, why,
-                                    "give the host's IP address in ansible_host",
+                                    "give the host's IPv4 address in deploykit_address "
+                                    "(ansible_host may stay what SSH uses)",
                                     hosts=(name,)))
             bad = True
             values.pop(addr_key, None)  # reported once, here: not again by the model
@@ -301,7 +314,7 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
             except ValidationError:
                 rejected.update(rh.groups)
                 continue
-        if bad and address_problem(address, need_ip=bool(rh.groups & {"rgw", "dns"})):
+        if bad and address_problem(address, rh.groups):
             rejected.update(rh.groups)
             continue
         geometry = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -149,8 +150,13 @@ def rollout(site: Site) -> list[RolloutStep]:
     return [s for s in steps if s.hosts]
 
 
+def _loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
 def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     out = []
+    s = site.settings
     ceph = compat.ceph(site.settings.deploykit_ceph_version)
     if site.settings.ceph_rgw_mode == "cephadm" and \
             site.settings.ceph_rgw_concentrator == "cephadm" and not ceph.has_concentrator:
@@ -167,6 +173,14 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     if site.settings.deploykit_s3_tls is False:
         out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
                    "storage network only")
+    consul = s.deploykit_dns_mode == "consul"
+    if consul and not s.consul_acl_enabled and not s.deploykit_s3_tls:
+        out.append("Consul ACLs and S3 TLS are both off: a machine that joins the storage "
+                   "network's Consul gossip can register an `s3` instance that DNS hands to "
+                   "every serving host (set consul_acl_enabled or deploykit_s3_tls)")
+    if consul and not s.consul_acl_enabled and not _loopback(s.consul_http_address):
+        out.append(f"consul_http_address {s.consul_http_address} opens Consul's HTTP API with "
+                   "ACLs off: anyone who reaches it can change the catalog")
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
     return out

@@ -17,10 +17,13 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         "data_dir": c.consul_data_dir,
         "node_name": host.name,
         "bind_addr": host.address,
-        "client_addr": "0.0.0.0",
+        # the HTTP API on loopback (consul_http_address); DNS also on the host's address,
+        # which CoreDNS forwards to (Consul binds each space-separated address)
+        "client_addr": c.consul_http_address,
+        "addresses": {"dns": " ".join(dict.fromkeys(["127.0.0.1", host.address]))},
         "retry_join": sorted(s.address for s in servers),
         "server": is_server,
-        "ports": {"dns": c.consul_dns_port},
+        "ports": {"dns": c.consul_dns_port, "http": c.consul_http_port},
         "dns_config": {
             "only_passing": True,  # a failing concentrator leaves DNS at once
             "enable_truncate": True,

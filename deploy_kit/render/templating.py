@@ -23,6 +23,20 @@ def systemd_quote(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+_ENV_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
+
+
+def env_quote(value: object) -> str:
+    """One value of a systemd EnvironmentFile. systemd strips quotes and reads backslash
+    escapes there, so anything but a plain word is double-quoted, with the four characters
+    systemd unescapes inside double quotes (\\ " $ `) escaped: the service sees the
+    value byte for byte. (Line breaks never get here: the model refuses them.)"""
+    text = str(value)
+    if _ENV_PLAIN.match(text):
+        return text
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -39,6 +53,7 @@ def environment() -> jinja2.Environment:
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
     env.filters["shell_quote"] = shlex.quote
+    env.filters["env_quote"] = env_quote
     return env
 
 

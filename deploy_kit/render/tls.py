@@ -24,7 +24,6 @@ CA_KEY = "ca.key"
 HAPROXY_PEM_PATH = "/etc/haproxy/deploykit-s3.pem"
 # On the serving hosts: Debian's local CA directory; update-ca-certificates folds it into
 # /etc/ssl/certs/ca-certificates.crt, the file awscrt (LMCache's S3 client) reads.
-CA_TRUST_PATH = "/usr/local/share/ca-certificates/deploykit-ca.crt"
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 # Reissue (up) and warn (verify) when a certificate has less than this left.
 RENEW_DAYS = 30
@@ -75,7 +74,7 @@ def derived(root: Path, host: Host) -> dict[str, Any] | None:
     c = host.config
     if not c.deploykit_s3_tls:
         return None
-    out: dict[str, Any] = {"ca_cert": str(ca_cert_path(root, c)), "ca_trust_path": CA_TRUST_PATH,
+    out: dict[str, Any] = {"ca_cert": str(ca_cert_path(root, c)),
                            "haproxy_pem_path": HAPROXY_PEM_PATH}
     if "rgw" in host.groups:
         out["host_pem"] = str(host_pem_path(root, c, host.name))

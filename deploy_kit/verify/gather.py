@@ -116,17 +116,15 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         # every read on a host, in one Ansible run beside the network probes
         admin = site.group("ceph_admin")[:1]
         serving = site.group("vllm")
+        # Consul's API listens on loopback: each server reads its own agent's view
+        consul_servers = site.group("consul_servers") if obs.consul is not None else []
         shell_jobs = [(h, serving_probe.script(h, names)) for h in serving] + \
-            [(a, ceph_probe.script(a)) for a in admin]
+            [(a, ceph_probe.script(a)) for a in admin] + \
+            [(h, consul_probe.script(s.consul_http_port, s.consul_service_name))
+             for h in consul_servers]
         shell_job = pool.submit(run_many, site, shell_jobs, ceph_probe.TIMEOUT)
         site_plan = build_plan(site) if serving else None
         cache_job = pool.submit(cache_probe.probe, site.group("vllm"))
-        consul_job = None
-        if obs.consul is not None:
-            token = s.consul_acl_dns_token.get_secret_value() \
-                if s.consul_acl_enabled and s.consul_acl_dns_token else None
-            consul_job = pool.submit(consul_probe.probe, obs.consul, 8500, token,
-                                     sorted(h.address for h in site.group("consul_servers")))
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.tls = [j.result() for j in tls_jobs]
@@ -141,11 +139,14 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
             [h for h in serving if h.name in answering],
             {name: str(model) for name, model in answering.items()},
             f"{int(time.time())}-{os.urandom(3).hex()}")
-        if consul_job is not None:
-            obs.consul = consul_job.result()
+        if obs.consul is not None:
+            obs.consul = consul_probe.from_output(
+                obs.consul, [(h.name, r) for h, r in
+                             zip(consul_servers, shell[len(shell) - len(consul_servers):],
+                                 strict=True)])
         if admin:
             obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = \
-                ceph_probe.parse(admin[0], shell[-1])
+                ceph_probe.parse(admin[0], shell[len(serving)])
         obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site))
     return obs
 

@@ -76,5 +76,7 @@ def group_vars(chosen: Profile) -> dict[str, dict[str, Any] | str]:
     if not chosen.secured:
         return {}
     return {"tls.yml": {"deploykit_s3_tls": True, "deploykit_s3_port": 443},
-            "consul-secure.yml": {"consul_acl_enabled": True, "consul_gossip_encryption": True},
+            "consul-secure.yml": {"consul_acl_enabled": True, "consul_gossip_encryption": True,
+                                  # opened on purpose: the ACLs are what this profile proves
+                                  "consul_http_address": "0.0.0.0"},
             "vault.yml": vault_text()}

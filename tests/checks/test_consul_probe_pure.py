@@ -1,4 +1,5 @@
-"""Consul API parsing (members, health entries) and the probe against a loopback stand-in."""
+"""Consul API parsing (members, health entries), and the probe's own script, run here
+against a loopback stand-in of a Consul agent's API as it runs on a Consul server."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from deploy_kit.transport.hosts import ShellResult
 from deploy_kit.verify.model import ConsulView
-from deploy_kit.verify.probes.consul_probe import parse_health, parse_members, probe
+from deploy_kit.verify.probes.consul_probe import (
+    from_output,
+    parse_health,
+    parse_members,
+    script,
+)
+from tests.tools import run_script_here
 
 MEMBERS = [{"Name": "lab3", "Addr": "10.99.0.13", "Status": 1},
            {"Name": "lab1", "Addr": "10.99.0.11", "Status": 4},
@@ -42,7 +50,7 @@ def test_health_takes_the_worst_check_and_its_output() -> None:
 
 class _Api(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        if self.headers.get("X-Consul-Token") != "t0ken":
+        if self.server.refuse:  # type: ignore[attr-defined]  # a default token that may not read
             self.send_response(403)
             self.end_headers()
             self.wfile.write(b"Permission denied")
@@ -57,12 +65,17 @@ class _Api(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def api() -> Iterator[int]:
+def api() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.refuse = False  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield int(server.server_address[1])
+    yield server
     server.shutdown()
     server.server_close()
+
+
+def run_on_server(server: str, port: int) -> tuple[str, ShellResult]:
+    return server, run_script_here(server, script(port, "s3"))
 
 
 def _view() -> ConsulView:
@@ -70,12 +83,20 @@ def _view() -> ConsulView:
                       rgw_nodes={"lab1": "10.99.0.11", "lab2": "10.99.0.12"})
 
 
-def test_probe_sends_the_token_and_falls_back_to_the_next_server(api: int) -> None:
-    view = probe(_view(), api, "t0ken", ["127.0.0.2", "127.0.0.1"], timeout=1)
-    assert view.error is None and view.server == "127.0.0.1"
+def test_the_script_reads_the_local_agent_and_falls_back_to_the_next_server(
+        api: ThreadingHTTPServer) -> None:
+    port = int(api.server_address[1])
+    down = ("lab1", ShellResult("lab1", error="UNREACHABLE: ssh: connect to host lab1"))
+    view = from_output(_view(), [down, run_on_server("lab2", port)])
+    assert view.error is None and view.server == "lab2"
     assert len(view.members) == 3 and len(view.instances) == 2
 
 
-def test_probe_without_the_token_reports_the_refusal(api: int) -> None:
-    view = probe(_view(), api, None, ["127.0.0.1"], timeout=1)
-    assert view.error and "403" in view.error
+def test_a_refusal_is_reported_with_its_status_for_every_server(
+        api: ThreadingHTTPServer) -> None:
+    api.refuse = True  # type: ignore[attr-defined]
+    port = int(api.server_address[1])
+    view = from_output(_view(), [run_on_server("lab1", port), run_on_server("lab2", 1)])
+    assert view.error is not None
+    assert "lab1: members: HTTP 403 Permission denied" in view.error, view.error
+    assert "lab2: members: URLError" in view.error and "refused" in view.error, view.error

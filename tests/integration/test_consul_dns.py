@@ -29,9 +29,9 @@ import pytest
 from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.model import ConsulView
-from deploy_kit.verify.probes.consul_probe import probe
-from tests.conftest import BASE_HOSTS, InventoryFactory
-from tests.tools import ansible_module
+from deploy_kit.verify.probes.consul_probe import from_output, script
+from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+from tests.tools import ansible_module, run_script_here
 
 RGW = {"rgw1": "127.0.1.1", "rgw2": "127.0.1.2"}
 INTERVAL_S, TTL_S = 1, 2
@@ -190,8 +190,10 @@ def test_names_answer_with_consuls_passing_set_and_a_failed_check_leaves_dns(
     stack["monitors"]["rgw2"].healthy = False
     gone = wait_answer(names[1], port, [RGW["rgw1"]], timeout=INTERVAL_S + TTL_S + 5)
     assert gone <= INTERVAL_S + TTL_S, f"left DNS after {gone:.2f} s"
-    view = probe(ConsulView(server="127.0.0.1", service="s3", expected_nodes=["c1"],
-                            rgw_nodes=RGW), stack["ports"]["http"], servers=["127.0.0.1"])
+    # verify's own script, as it runs on a consul server (the API is on loopback there)
+    view = from_output(ConsulView(server="-", service="s3", expected_nodes=["c1"],
+                                  rgw_nodes=RGW),
+                       [("c1", run_script_here("c1", script(stack["ports"]["http"], "s3")))])
     assert view.error is None, view.error
     assert [m.status for m in view.members] == ["alive"]
     status = {i.address: i.status for i in view.instances}
@@ -236,3 +238,27 @@ def test_a_drained_gateway_leaves_dns_and_the_drain_gate_sees_it(stack: dict) ->
     back = ansible_module("deploykit_dns_wait", {**gate, "servers": [server],
                                                  "state": "present", "timeout": 30})
     assert sorted(back["answers"][server]) == both, back
+
+
+def test_consul_accepts_every_rendered_agent_config(binaries: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    """`consul validate` (the role's own handler) on each agent of the example site: the API
+    on loopback, DNS on loopback and the host's address, the s3 service definition."""
+    site = open_site(str(REPO / "inventory" / "example"))
+    tree = render_site(site)
+    agents = [h for h in site.hosts.values() if h.groups & {"rgw", "consul_servers"}]
+    assert agents
+    for host in agents:
+        conf = tmp_path / host.name
+        conf.mkdir()
+        agent = json.loads(tree[host.name]["/etc/consul.d/consul.json"].content)
+        assert agent["client_addr"] == "127.0.0.1", agent
+        assert agent["addresses"]["dns"] == f"127.0.0.1 {host.address}", agent
+        agent["data_dir"] = str(tmp_path / f"{host.name}-data")
+        (conf / "consul.json").write_text(json.dumps(agent))
+        service = tree[host.name].get("/etc/consul.d/s3-service.json")
+        if service is not None:
+            (conf / "s3-service.json").write_text(service.content)
+        done = subprocess.run([str(binaries[0]), "validate", str(conf)], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, f"{host.name}: {done.stdout}{done.stderr}"

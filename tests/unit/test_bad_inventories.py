@@ -416,6 +416,42 @@ CASES = [
     # a secret with a line break would add lines to the 0600 env file; never echoed
     Case("inject-secret-newline", gv("vllm", vllm_api_key=SECRET + "\nLD_PRELOAD=/x"), VF,
          "vllm_api_key", VLLM),
+    # --- addresses, ports, names and sizes that would render broken configs (class 7) ---
+    Case("rgw-address-ipv6", set_host("rgw", "rgw1", {"ansible_host": "2001:db8::11"}), H,
+         "ansible_host", ("rgw1",)),
+    Case("consul-server-address-name", set_host("consul_servers", "c1",
+                                                {"ansible_host": "c1.example.com"}), H,
+         "ansible_host", ("c1",)),
+    Case("serving-address-link-local", set_host("vllm", "gpu1", {
+        "ansible_host": "fe80::1%eth0", "vllm_accelerator": "cuda"}), H, "ansible_host",
+         ("gpu1",)),
+    Case("dns-address-unspecified", raw("host_vars/dns1.yml", "deploykit_address: 0.0.0.0\n"),
+         "host_vars/dns1.yml", "deploykit_address", ("dns1",)),
+    Case("rgw-address-multicast", set_host("rgw", "rgw2", {"ansible_host": "224.0.0.12"}), H,
+         "ansible_host", ("rgw2",)),
+    Case("vllm-port-privileged", gv("vllm", vllm_port=80), VF, "vllm_port", VLLM),
+    Case("rgw-frontend-port-privileged", gv("rgw", ceph_rgw_frontend_port=800), RF,
+         "ceph_rgw_frontend_port", ("rgw1", "rgw2")),
+    Case("consul-dns-port-privileged", gv("all", consul_dns_port=53), ALLF, "consul_dns_port",
+         ALL_HOSTS),
+    Case("consul-http-address-name", gv("all", consul_http_address="localhost"), ALLF,
+         "consul_http_address", ALL_HOSTS),
+    Case("consul-node-names-differ-by-case", rename_host("rgw", "rgw2", "RGW1"), H, "rgw1",
+         ("RGW1", "rgw1")),
+    Case("consul-node-name-underscore", rename_host("consul_servers", "c1", "consul_1"), H,
+         "consul_1", ("consul_1",)),
+    Case("disk-size-nan", gv("vllm", lmcache_max_local_disk_size=float("nan")), VF,
+         "lmcache_max_local_disk_size", VLLM),
+    Case("l1-size-infinite", gv("vllm", lmcache_server_l1_size_gb=float("inf")), VF,
+         "lmcache_server_l1_size_gb", VLLM),
+    Case("chunk-size-absurd", gv("vllm", lmcache_chunk_size=10**9), VF, "lmcache_chunk_size",
+         VLLM),
+    Case("model-config-nan-rope", model_config(json_text(
+        '{"num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512, '
+        '"rope_theta": NaN}')), VF, "vllm_model_config", VLLM),
+    Case("model-config-absurd-layers", model_config(json_text(
+        '{"num_hidden_layers": 1000000000, "num_attention_heads": 8, "hidden_size": 512}')),
+         VF, "vllm_model_config", VLLM),
 ]
 
 COMMANDS = (("validate", "-i", "{root}"), ("render", "-i", "{root}", "-o", "{out}"))

@@ -146,6 +146,32 @@ def test_an_executable_vault_password_file_is_a_password_script(
         open_site(str(root), failing)
 
 
+def test_a_password_script_is_read_like_a_bounded_file(tmp_path: Path) -> None:
+    """A script that prints without end or never exits is killed at the bound, not read
+    into memory or waited on for ever; its output is never echoed."""
+    import time
+
+    from deploy_kit.config.open import script_output
+
+    endless = tmp_path / "endless.sh"
+    endless.write_text("#!/bin/sh\nwhile :; do echo Corpus-Secret-Value-4711; done\n")
+    endless.chmod(0o700)
+    with pytest.raises(ValueError, match="more than 65536 bytes") as caught:
+        script_output(endless)
+    assert "Corpus-Secret" not in str(caught.value)
+    hanging = tmp_path / "hanging.sh"
+    hanging.write_text("#!/bin/sh\necho partial\nexec sleep 600\n")
+    hanging.chmod(0o700)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="did not finish within 1 s"):
+        script_output(hanging, timeout=1)
+    assert time.monotonic() - start < 10
+    fine = tmp_path / "fine.sh"
+    fine.write_text("#!/bin/sh\necho pw\n")
+    fine.chmod(0o700)
+    assert script_output(fine, timeout=5) == "pw\n"
+
+
 def test_links_may_point_inside_the_repository_but_not_out_of_it(tmp_path: Path) -> None:
     """inventories/<env>/group_vars linked to shared vars in the same repository is common
     and works; the same link in an inventory outside any repository is refused unread."""

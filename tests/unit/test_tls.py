@@ -4,6 +4,7 @@ render tree carries (paths, never keys), the HAProxy bind, LMCache's disable_tls
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import json
 import os
 import stat
@@ -51,6 +52,32 @@ def test_ca_created_once_private_and_git_ignored(make_inventory: InventoryFactor
     again = tls.ensure_site_tls(open_site(str(root)))
     assert [i.action for i in again] == ["kept", "kept"]
     assert (d / "rgw1.pem").read_bytes() == pem and (d / "ca.crt").read_bytes() == ca_before
+
+
+def test_the_created_ca_vouches_for_the_s3_name_only(make_inventory: InventoryFactory) -> None:
+    """The CA goes into every serving host's trust store: its name constraints let a chain
+    verifier (cryptography's, RFC 5280) accept the concentrator's certificate for any bucket
+    name, and refuse one the same CA key signs for another site."""
+    from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+    root = make_inventory(all={**TLS, "ceph_rgw_networks": ["10.0.0.0/24"]})
+    site = open_site(str(root))
+    tls.ensure_site_tls(site)
+    d = root / ".deploykit-tls"
+    ca_cert = _cert((d / "ca.crt").read_bytes())
+    constraints = ca_cert.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical
+    assert constraints.value.permitted_subtrees == [
+        x509.DNSName("s3.t.test"), x509.IPAddress(ipaddress.ip_network("10.0.0.0/24"))]
+    now = datetime.datetime.now(datetime.timezone.utc)
+    verifier = PolicyBuilder().store(Store([ca_cert])).time(now)
+    leaf = _cert((d / "rgw1.pem").read_bytes())
+    verifier.build_server_verifier(x509.DNSName("lmcache.s3.t.test")).verify(leaf, [])
+    ca = tls.load_ca(d / "ca.crt", d / "ca.key")
+    forged, _ = tls.issue(ca, ["bank.example.com"], [], 30)
+    with pytest.raises(VerificationError):
+        verifier.build_server_verifier(x509.DNSName("bank.example.com")).verify(
+            _cert(forged), [])
 
 
 def test_reissued_when_names_change_or_expiry_nears(make_inventory: InventoryFactory) -> None:
@@ -141,7 +168,6 @@ def test_tree_carries_paths_not_keys(make_inventory: InventoryFactory) -> None:
     rgw = json.loads(tree["rgw1"][SETTINGS_PATH].content)["derived"]["tls"]
     assert rgw == {"ca_cert": str(root / ".deploykit-tls" / "ca.crt"),
                    "host_pem": str(root / ".deploykit-tls" / "rgw1.pem"),
-                   "ca_trust_path": "/usr/local/share/ca-certificates/deploykit-ca.crt",
                    "haproxy_pem_path": "/etc/haproxy/deploykit-s3.pem"}
     gpu = json.loads(tree["gpu1"][SETTINGS_PATH].content)["derived"]["tls"]
     assert "host_pem" not in gpu  # a serving host gets the CA certificate only

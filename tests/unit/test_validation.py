@@ -196,3 +196,40 @@ def test_cpu_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> 
 def test_gpu_host_on_a_cpu_only_vllm_is_refused(make_inventory: InventoryFactory) -> None:
     found = problems(make_inventory, vllm={"vllm_version": "0.32.0"})
     assert any(p.key == "vllm_version" and "has no cuda build" in p.message for p in found)
+
+
+def test_every_number_a_setting_takes_is_bounded_both_ways() -> None:
+    """Issue 20 class 7 as one mechanism: no numeric setting renders without a bound (an
+    absurd size or count is refused at validate), and NaN/infinity pass no range check."""
+    from annotated_types import Ge, Gt, Le, Lt
+
+    from deploy_kit.config.models import HostConfig, PoolSpec
+
+    for model in (HostConfig, PoolSpec):
+        assert model.model_config.get("allow_inf_nan") is False, model
+        for name, info in model.model_fields.items():
+            if info.annotation not in (int, float, int | None, float | None):
+                continue
+            kinds = {type(m) for m in info.metadata}
+            assert kinds & {Ge, Gt} and kinds & {Le, Lt}, f"{model.__name__}.{name} is unbounded"
+
+
+@pytest.mark.parametrize("value", ["plain", "two words", '"quoted"', "back\\slash", "$HOME",
+                                   "`id`", "it's", '{"json": [1, 2]}', ""])
+def test_env_file_values_reach_the_service_byte_for_byte(value: str) -> None:
+    """What systemd reads from an EnvironmentFile line (its documented rules: outside quotes
+    a backslash escapes one character; inside double quotes only \\ " $ ` are escapes)."""
+    from deploy_kit.render.templating import env_quote
+
+    quoted = env_quote(value)
+    if quoted.startswith('"'):
+        body, out, i = quoted[1:-1], "", 0
+        while i < len(body):
+            if body[i] == "\\" and body[i + 1] in '\\"$`':
+                out, i = out + body[i + 1], i + 2
+            else:
+                assert body[i] not in '"', quoted  # an unescaped quote would end the value
+                out, i = out + body[i], i + 1
+        assert out == value
+    else:
+        assert quoted == value and not set(value) & set("\\\"'$` #;")

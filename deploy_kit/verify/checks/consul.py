@@ -15,8 +15,9 @@ def members_alive(obs: Observation) -> Iterator[Finding]:
         return
     if view.error:
         yield Finding("consul-members-alive", Status.FAIL, "consul", f"no answer: {view.error}",
-                      "is consul running on the consul_servers, port 8500 open, and (with "
-                      "ACLs) consul_acl_dns_token allowed to read nodes?")
+                      "is consul running on the consul_servers (systemctl status consul), "
+                      "its API on consul_http_address/consul_http_port, and (with ACLs) "
+                      "consul_acl_dns_token allowed to read nodes?")
         return
     status = {m.name: m for m in view.members}
     for node in view.expected_nodes:

@@ -1,12 +1,13 @@
-"""Consul's view over its HTTP API: members and the `s3` service's health per node."""
+"""Consul's view over its HTTP API, read on a Consul server through the transport: members and
+the `s3` service's health per node."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import shlex
 from typing import Any
 
+from deploy_kit.transport.hosts import ShellResult, TransportError, sections
 from deploy_kit.verify.model import ConsulMember, ConsulServiceNode, ConsulView
 
 # serf member status codes (/v1/agent/members)
@@ -37,24 +38,46 @@ def parse_health(data: list[dict[str, Any]]) -> list[ConsulServiceNode]:
     return out
 
 
-def _get(server: str, port: int, path: str, token: str | None, timeout: float) -> Any:
-    request = urllib.request.Request(f"http://{server}:{port}{path}")
-    if token:
-        request.add_header("X-Consul-Token", token)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+def script(port: int, service: str) -> str:
+    """Read Consul's view on a Consul server itself (the API listens on loopback): no token
+    is sent, so the agent's default token (the read-only DNS token under ACLs) applies.
+    python3 is what every host Ansible manages has; an HTTP error prints its status."""
+    program = (
+        "import sys, urllib.request, urllib.error\n"
+        f"for name, path in (('members', '/v1/agent/members'), "
+        f"('health', '/v1/health/service/{service}')):\n"
+        "    print('### ' + name)\n"
+        "    try:\n"
+        f"        with urllib.request.urlopen('http://127.0.0.1:{port}' + path, timeout=5) as r:\n"
+        "            print(r.read().decode())\n"
+        "    except urllib.error.HTTPError as e:\n"
+        "        print('HTTP %d %s' % (e.code, e.read()[:200].decode('utf-8', 'replace')))\n"
+        "    except OSError as e:\n"
+        "        print('%s: %s' % (type(e).__name__, e))\n")
+    return f"python3 -c {shlex.quote(program)}"
 
 
-def probe(view: ConsulView, port: int = 8500, token: str | None = None,
-          servers: list[str] | None = None, timeout: float = 3.0) -> ConsulView:
-    """Ask the first consul server that answers; the view keeps which one it was."""
+def _json(parts: dict[str, str], name: str) -> Any:
+    text = parts.get(name, "").strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError(f"{name}: {' '.join(text.split())[:300] or 'no answer'}") from None
+
+
+def from_output(view: ConsulView, results: list[tuple[str, ShellResult]]) -> ConsulView:
+    """The first server whose agent answered both reads; else every server's reason."""
     errors = []
-    for server in servers or [view.server]:
+    for server, result in results:
         try:
-            members = _get(server, port, "/v1/agent/members", token, timeout)
-            health = _get(server, port, f"/v1/health/service/{view.service}", token, timeout)
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            errors.append(f"{server}: {type(exc).__name__}: {exc}")
+            parts = sections(result.text())
+            members = _json(parts, "members")
+            health = _json(parts, "health")
+        except TransportError as exc:  # names the host itself
+            errors.append(str(exc))
+            continue
+        except ValueError as exc:
+            errors.append(f"{server}: {exc}")
             continue
         view.server = server
         view.members = parse_members(members)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -142,3 +143,17 @@ def test_other_names_go_through_the_catch_all_block_to_the_upstream(converged: L
         assert "\n.:53 {\n" in corefile and "10.99.0.1:5300" in corefile
     missing = converged.ssh(CLIENT, "getent ahostsv4 nothing.lab.test || echo absent")
     assert missing.strip() == "absent"
+
+
+def test_consuls_api_is_closed_to_the_network_and_open_on_the_host(converged: Lab) -> None:
+    """Secure by default: with ACLs off (this profile), nothing on the storage network may
+    register an `s3` instance, so the HTTP API listens on loopback only; Consul's DNS, which
+    CoreDNS forwards to, still answers on the host's address (the name test above)."""
+    consul_server = "10.99.0.13"
+    for address in (consul_server, *RGW):
+        with pytest.raises(OSError):
+            socket.create_connection((address, 8500), timeout=3).close()
+    leader = converged.ssh(consul_server, "python3 -c \"import urllib.request; print(urllib."
+                           "request.urlopen('http://127.0.0.1:8500/v1/status/leader').read()"
+                           ".decode())\"")
+    assert leader.strip().strip('"').endswith(":8300"), leader

@@ -1,0 +1,15 @@
+"""Filters for the files the roles write themselves (secrets that are never rendered)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deploy_kit.render.templating import env_quote
+
+
+class FilterModule:
+    """`deploykit.kvcache.env_quote`: one value of a systemd EnvironmentFile, byte for byte
+    (the same quoting deploykit's rendered env files use)."""
+
+    def filters(self) -> dict[str, Any]:
+        return {"env_quote": env_quote}
