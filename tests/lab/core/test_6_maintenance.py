@@ -5,8 +5,9 @@ CoreDNS, applied by `up` while a client keeps sending fresh prompts to both serv
 The roles configure all hosts at once and restart one host at a time behind a drain
 (Consul maintenance mode, DNS gate, HAProxy drain per gateway). So no prompt fails, no
 serving process restarts, LMCache logs no S3 connection error (its breaker never trips),
-and verify, the cross-host check included, is green. Then the old settings roll back the
-same way."""
+and verify, the cross-host check included, is green. (Rolling the settings back is the same
+roll again: it would add about 150 s to `make test` and prove nothing new, so the override
+file is removed and the lab, torn down next, keeps the changed settings.)"""
 
 from __future__ import annotations
 
@@ -120,6 +121,3 @@ def test_gateway_dns_and_consul_changes_roll_without_touching_serving(converged:
         assert set(tier.values()) == {"pass"} and len(tier) == 4, tier
     finally:
         OVERRIDE.unlink(missing_ok=True)
-    roll(converged)  # and back, the same way
-    assert "rgw thread pool size = 64" in converged.ssh(GATEWAYS["lab1"],
-                                                         "cat /etc/ceph/ceph.conf")
