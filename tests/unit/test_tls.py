@@ -69,7 +69,7 @@ def test_the_created_ca_vouches_for_the_s3_name_only(make_inventory: InventoryFa
     assert constraints.critical
     assert constraints.value.permitted_subtrees == [
         x509.DNSName("s3.t.test"), x509.IPAddress(ipaddress.ip_network("10.0.0.0/24"))]
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     verifier = PolicyBuilder().store(Store([ca_cert])).time(now)
     leaf = _cert((d / "rgw1.pem").read_bytes())
     verifier.build_server_verifier(x509.DNSName("lmcache.s3.t.test")).verify(leaf, [])
