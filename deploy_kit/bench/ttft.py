@@ -194,10 +194,14 @@ class SiteTier:
     """Restarts through Ansible (systemctl); the bucket with a serving host's deployed profile
     (else the S3 user's keys from RGW)."""
 
-    def __init__(self, site: Site, hosts: dict[str, Host], reader: Host) -> None:
+    def __init__(self, site: Site, hosts: dict[str, Host], reader: Host,
+                 prefixes: list[str], since: datetime.datetime) -> None:
         from deploy_kit.cache.store import Bucket, open_bucket
 
         self.site, self.hosts = site, hosts
+        # a live bucket: only this model's keys, written since the run began (less a minute
+        # of clock skew between the controller and RGW), are listed, and only those purged
+        self.prefixes, self.since = prefixes, since - datetime.timedelta(seconds=60)
         s = site.settings
         creds = profile_credentials(site, reader)
         rgw = site.group("rgw")
@@ -219,7 +223,8 @@ class SiteTier:
     def objects(self) -> set[str]:
         from deploy_kit.cache.store import list_objects
 
-        return {o.key for o in list_objects(self.bucket)}
+        return {o.key for prefix in self.prefixes for o in list_objects(self.bucket, prefix)
+                if o.modified >= self.since}
 
     def purge(self, keys: set[str]) -> int:
         from concurrent.futures import ThreadPoolExecutor
@@ -250,6 +255,27 @@ def manifest(site: Site, hosts: list[Host]) -> dict[str, Any]:
                                                       "inprocess"),
                           "max_model_len": api.max_model_len}
     return out
+
+
+def run_prefixes(host: Host, served: str) -> list[str]:
+    """The key prefixes this run's objects have (either topology's layout names the model
+    as served or by its path on the host)."""
+    from deploy_kit.cache.keys import model_prefixes
+
+    return list(dict.fromkeys(model_prefixes(served)
+                              + model_prefixes(host.config.model_path_on_host)))
+
+
+def plan_notice(site: Site) -> str:
+    """What a run will do to a live site, said before it starts: which host's vLLM and LMCache
+    server it restarts (the first serving host that answers, each repeat of each length) and
+    which objects it deletes."""
+    hosts = site.group("vllm")
+    prefixes = list(dict.fromkeys(p for h in hosts
+                                  for p in run_prefixes(h, h.config.served_model_name)))
+    return (f"bench ttft restarts vllm and lmcache-server on the first of "
+            f"{', '.join(h.name for h in hosts) or '-'} that answers, and deletes the objects "
+            f"its own prompts add (keys {', '.join(prefixes) or '-'}…, newer than the run)")
 
 
 def target(host: Host, seen: oa.Served) -> Target:
@@ -286,7 +312,7 @@ def run(site: Site, site_name: str, lengths: list[int] | None, repeats: int, out
     now = datetime.datetime.now(datetime.UTC)
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.urandom(2).hex()}"
     by_name = {h.name: h for h, _ in answering}
-    tier = SiteTier(site, by_name, host_a)
+    tier = SiteTier(site, by_name, host_a, run_prefixes(host_a, a.model), now)
     results, purged, notes = run_protocol(
         a, b, chosen, repeats, tier, max_tokens=max_tokens, token_ids=token_ids,
         run_id=run_id, ready_timeout=float(c.vllm_health_timeout), log=log)

@@ -57,14 +57,30 @@ def bench_ttft(inventory: InventoryOpt,
                    "runs/bench-ttft"),
                allow_single_host: Annotated[bool, typer.Option(
                    help="run with one serving host (no remote_hit_other_host rows)")] = False,
+               yes: Annotated[bool, typer.Option(
+                   "--yes", help="restart the first serving host and delete this run's own "
+                                 "objects without asking (any site but the lab)")] = False,
                vault_password_file: VaultOpt = None) -> None:
-    """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length."""
+    """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length.
+
+    It restarts vLLM and the LMCache server on the first serving host (each repeat) and
+    deletes the objects its own prompts stored (this model's keys, newer than the run):
+    outside the lab it asks first, or takes --yes."""
+    import sys
+
     require_bench_extra("matplotlib")
     from deploy_kit.bench import ttft, ttft_report
     from deploy_kit.config.open import open_site
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
     site = open_site(inventory, vault_password_file)
+    console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
+    if not yes and site.name != "lab":
+        if not sys.stdin.isatty():
+            raise typer.BadParameter("refusing to restart a serving host and delete objects "
+                                     "on a live site without a terminal; pass --yes",
+                                     param_hint="--yes")
+        typer.confirm("go on?", abort=True)
     with console().status("TTFT protocol…") as status:
         doc = ttft.run(site, inventory, sweep, repeats, out, max_tokens, allow_single_host,
                        log=lambda line: status.update(line))

@@ -163,6 +163,12 @@ class HostConfig(BaseModel):
     # --- ceph_rgw: gateways and the per-host HAProxy concentrator -------------------------
     ceph_rgw_mode: Literal["cephadm", "packages"] = "cephadm"
     ceph_rgw_service_id: str = "standard"
+    # cephadm, multisite only: the realm, zonegroup and zone the RGW service belongs to.
+    # All three set: the spec names them and writes the S3 name into the zonegroup's
+    # hostnames. Unset (single site): `rgw_dns_name` alone routes virtual-hosted requests.
+    ceph_rgw_realm: str | None = None
+    ceph_rgw_zonegroup: str | None = None
+    ceph_rgw_zone: str | None = None
     ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
     ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
@@ -344,6 +350,15 @@ class HostConfig(BaseModel):
         if not _LABEL.match(value):
             raise ValueError(f"{value[:40]!r} is not a DNS label|letters, digits and '-', "
                              "at most 63, not starting or ending with '-'")
+        return value
+
+    @field_validator("ceph_rgw_realm", "ceph_rgw_zonegroup", "ceph_rgw_zone")
+    @classmethod
+    def _rgw_entity(cls, value: str | None) -> str | None:
+        # radosgw-admin / mgr command arguments and YAML spec values
+        if value is not None and not _ACCOUNT.match(value):
+            raise ValueError(f"{value[:40]!r} is not a realm, zonegroup or zone name|letters, "
+                             "digits, '.', '_' and '-', at most 64")
         return value
 
     @field_validator("ceph_rgw_s3_user", "ceph_rgw_concentrator_monitor_user")

@@ -208,6 +208,14 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
                               "every transfer in LMCache's CPU pool",
                               "give it the staging size in GB, e.g. 5")
             continue
+        if c.vllm_accelerator not in ("cuda", "rocm", None):
+            # a `cuda` buffer is device memory NIXL registers through CUDA: Gaudi and CPU
+            # hosts have none (NIXL's OBJ plugin there stages in DRAM)
+            yield Problem(_src(site, host, "lmcache_nixl_buffer_device"),
+                          "lmcache_nixl_buffer_device",
+                          f"cuda on a {c.vllm_accelerator} host, which has no CUDA memory",
+                          "use lmcache_nixl_buffer_device: cpu", hosts=(host.name,))
+            continue
         try:
             layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
                                   tensor_parallel=c.vllm_tensor_parallel_size,
@@ -255,6 +263,36 @@ def pools_sane(site: Site) -> Iterator[Problem]:
                     lower = 1 << (value.bit_length() - 1)
                     yield Problem(src, f"{key}.{field}", f"{value} is not a power of two",
                                   f"use {lower} or {lower * 2}")
+
+
+@rule
+def rgw_multisite_complete(site: Site) -> Iterator[Problem]:
+    """cephadm needs realm, zonegroup and zone together or none of them."""
+    s = site.settings
+    names = {"ceph_rgw_realm": s.ceph_rgw_realm, "ceph_rgw_zonegroup": s.ceph_rgw_zonegroup,
+             "ceph_rgw_zone": s.ceph_rgw_zone}
+    given = [k for k, v in names.items() if v]
+    if given and len(given) < 3:
+        missing = [k for k in names if k not in given]
+        yield Problem(site.settings_source(given[0]), given[0],
+                      f"set without {' and '.join(missing)} (cephadm fails the RGW service "
+                      "on a missing one)", "set all three, or none for a single site")
+
+
+@rule
+def dns_upstream_not_itself(site: Site) -> Iterator[Problem]:
+    """A CoreDNS host whose /etc/resolv.conf deploykit points at the site's CoreDNS (a
+    serving host too) cannot take its upstream from that file: every other name would loop
+    between the DNS servers until CoreDNS's `loop` plugin stops it."""
+    for host in site.group("dns"):
+        c = host.config
+        if "vllm" in host.groups and c.resolver_manage and \
+                "/etc/resolv.conf" in c.coredns_upstream:
+            yield Problem(_src(site, host, "coredns_upstream"), "coredns_upstream",
+                          f"{host.name} serves DNS and its /etc/resolv.conf is deploykit's "
+                          "(it names the site's CoreDNS): the upstream would be itself",
+                          "give the upstream resolvers' addresses, or resolver_manage: false "
+                          "on this host", hosts=(host.name,))
 
 
 @rule

@@ -126,6 +126,8 @@ def site_facts(site: Site) -> dict[str, Any]:
         "lifecycle": lifecycle_rules(s),
         # service addresses of the gateway hosts, inventory order (bucket setup uses the first)
         "gateways": [h.address for h in site.hosts.values() if "rgw" in h.groups],
+        # cephadm mode: how many RGW daemons the applied spec must run
+        "rgw_daemons": sum(h.config.ceph_rgw_count_per_host for h in site.group("rgw")),
         # every CoreDNS the serving hosts ask: a drained gateway waits until none names it
         "dns_servers": [dns_server(h) for h in site.hosts.values() if "dns" in h.groups],
     }

@@ -45,13 +45,29 @@ def rgw_config(c: HostConfig) -> dict[str, Any]:
     return config
 
 
+def multisite_names(c: HostConfig) -> dict[str, str]:
+    """The spec's rgw_realm/rgw_zonegroup/rgw_zone, all three or none (a rule refuses one
+    or two: cephadm would fail the service on the missing ones)."""
+    names = {"rgw_realm": c.ceph_rgw_realm, "rgw_zonegroup": c.ceph_rgw_zonegroup,
+             "rgw_zone": c.ceph_rgw_zone}
+    return {k: v for k, v in names.items() if v} if all(names.values()) else {}
+
+
 def rgw_spec(site: Site) -> dict[str, Any]:
     """cephadm RGW service spec with only the fields the pinned Ceph's RGWSpec accepts."""
     c = site.settings
     ceph = compat.ceph(c.deploykit_ceph_version)
     spec: dict[str, Any] = {"rgw_frontend_port": c.ceph_rgw_frontend_port}
-    if ceph.has_zonegroup_hostnames:  # Squid on: cephadm writes the zonegroup hostnames too
-        spec["zonegroup_hostnames"] = [c.deploykit_s3_fqdn]
+    multisite = multisite_names(c)
+    if multisite:
+        spec |= multisite
+        # Squid on: cephadm writes the S3 name into the zonegroup's hostnames. Its
+        # RgwService.config() runs `rgw zonegroup modify` with the spec's realm, zonegroup
+        # and zone, which the rgw mgr module refuses when any is unset ("Realm name is a
+        # mandatory parameter") before it places a daemon, so the field needs all three
+        # (ceph/ceph src/pybind/mgr/cephadm/services/cephadmservice.py, src/pybind/mgr/rgw).
+        if ceph.has_zonegroup_hostnames:
+            spec["zonegroup_hostnames"] = [c.deploykit_s3_fqdn]
     if not deploykit_manages_concentrator(c):
         spec |= {"concentrator": "haproxy",
                  "concentrator_frontend_port": c.deploykit_s3_port,
@@ -66,6 +82,10 @@ def rgw_spec(site: Site) -> dict[str, Any]:
     }
     if c.ceph_rgw_networks:
         doc["networks"] = list(c.ceph_rgw_networks)
+    # The container runtime's own stop timeout (podman/docker default 10 s) would kill a
+    # gateway that drains for up to rgw_exit_timeout_secs; 10 s more lets RGW exit itself
+    # (ceph.io "simplifying object ... new cephadm" pairs the three settings)
+    doc["extra_container_args"] = [f"--stop-timeout={c.ceph_rgw_exit_timeout_secs + 10}"]
     doc["config"] = rgw_config(c)
     doc["spec"] = spec
     return doc

@@ -93,6 +93,8 @@ def main() -> None:
             continue
         cmd = ["osd", "pool", "set", p["name"], key, str(want[key])]
         if key == "size" and want["size"] == 1:
+            # since Octopus the mons refuse size 1 (EPERM) unless this is set as well
+            actions.append(["config", "set", "global", "mon_allow_pool_size_one", "true"])
             cmd.append("--yes-i-really-mean-it")
         actions.append(cmd)
     if current is None or p["application"] not in str(have.get("application", "")).split(","):

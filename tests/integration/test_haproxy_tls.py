@@ -87,10 +87,12 @@ def _site(make_inventory: InventoryFactory, gateway: int, s3: int, monitor: int,
 
 def start_rendered_haproxy(haproxy: str, cfg: str, tmp_path: Path) -> subprocess.Popen[bytes]:
     """The real HAProxy on a rendered haproxy.cfg, made local: loopback binds, the admin
-    socket at tmp_path/admin.sock, no syslog, the stats login from the environment."""
+    socket at tmp_path/admin.sock, no log lines (nothing drains its stderr pipe), the stats
+    login from the environment. User, group and chroot stay as rendered: the test runs as
+    root, so HAProxy drops to `haproxy` inside /var/lib/haproxy as on a gateway host."""
     cfg = (cfg.replace("bind *:", "bind 127.0.0.1:")
            .replace("/run/haproxy/admin.sock", str(tmp_path / "admin.sock"))
-           .replace("    log /dev/log local0 warning\n", ""))
+           .replace("    log stderr format short local0 warning\n", ""))
     (tmp_path / "haproxy.cfg").write_text(cfg)
     env = {**os.environ, "DEPLOYKIT_STATS_USER": "admin", "DEPLOYKIT_STATS_PASSWORD": "x"}
     return subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")], env=env,

@@ -158,6 +158,14 @@ def test_pool_module_changes_only_the_difference(loopback: Loopback) -> None:
     assert pool(loopback.conf, "dk-test-pool")["pg_num_target"] == 16
     # a re-run during (or after) the ramp asks for nothing
     assert ansible_module("deploykit_ceph_pool", {**args, "pg_num": 16})["changed"] is False
+    # to size 2 and back to 1: the mons refuse size 1 unless mon_allow_pool_size_one is on
+    ansible_module("deploykit_ceph_pool", {**args, "pg_num": 16, "size": 2})
+    assert pool(loopback.conf, "dk-test-pool")["size"] == 2
+    shrunk = ansible_module("deploykit_ceph_pool", {**args, "pg_num": 16})
+    assert shrunk["actions"][:2] == [
+        f"ceph --conf {loopback.conf} config set global mon_allow_pool_size_one true",
+        f"ceph --conf {loopback.conf} osd pool set dk-test-pool size 1 --yes-i-really-mean-it"]
+    assert pool(loopback.conf, "dk-test-pool")["size"] == 1
 
 
 def test_bucket_module_writes_the_lifecycle_only_when_it_differs(loopback: Loopback,

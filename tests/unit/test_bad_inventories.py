@@ -413,6 +413,18 @@ CASES = [
          "ceph_rgw_s3_user", ALL_HOSTS),
     Case("monitor-user-space", gv("all", ceph_rgw_concentrator_monitor_user="admin insecure"),
          ALLF, "ceph_rgw_concentrator_monitor_user", ALL_HOSTS),
+    # --- upstream truth, round 3 (issue 21) ---
+    # cephadm's `rgw zonegroup modify` fails the service without all three names
+    Case("rgw-realm-without-zone", gv("all", ceph_rgw_realm="kv"), ALLF, "ceph_rgw_realm"),
+    # a Gaudi host has no CUDA memory for a `cuda` NIXL buffer
+    Case("nixl-cuda-buffer-on-gaudi", both(
+        set_host("vllm", "gpu2", {"ansible_host": "10.0.1.2", "vllm_accelerator": "gaudi3"}),
+        gv("vllm", lmcache_mode="nixl", lmcache_nixl_buffer_device="cuda",
+           lmcache_nixl_buffer_size=1 << 30)), VF, "lmcache_nixl_buffer_device", ("gpu2",)),
+    # a DNS server that is its own resolver's upstream loops every other name
+    Case("dns-upstream-is-itself", both(
+        set_host("vllm", "dns1", {"ansible_host": "10.0.0.31", "vllm_accelerator": "cuda"}),
+        gv("dns", coredns_upstream=["/etc/resolv.conf"])), DF, "coredns_upstream", ("dns1",)),
     # a secret with a line break would add lines to the 0600 env file; never echoed
     Case("inject-secret-newline", gv("vllm", vllm_api_key=SECRET + "\nLD_PRELOAD=/x"), VF,
          "vllm_api_key", VLLM),

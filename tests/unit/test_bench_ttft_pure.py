@@ -197,3 +197,30 @@ def test_object_paths_keep_slashes_like_lmcache_s3_adapter() -> None:
     key = "/var/lib/vllm/models/lab-llama@00000000@0@3fa9"
     assert ttft.object_path(key) == "//var/lib/vllm/models/lab-llama%4000000000%400%403fa9"
     assert ttft.object_path("Qwen/Qwen3-8B@0@0@ab") == "/Qwen/Qwen3-8B%400%400%40ab"
+
+
+def test_the_site_tier_sees_only_this_runs_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a live bucket the protocol lists and purges only its own model's keys written
+    since the run began: another model's objects and this model's older ones stay."""
+    import datetime as dt
+
+    from deploy_kit.cache import store
+    from deploy_kit.cache.keys import StoredObject
+
+    start = dt.datetime(2026, 12, 5, 12, 0, tzinfo=dt.UTC)
+    bucket = [StoredObject("m@1@0@ab@bfloat16", 1, start + dt.timedelta(seconds=5)),
+              StoredObject("m@1@0@old@bfloat16", 1, start - dt.timedelta(hours=2)),
+              StoredObject("other@1@0@cd@bfloat16", 1, start + dt.timedelta(seconds=5)),
+              StoredObject("_var_lib_vllm_models_m@1@0@ef@bfloat16", 1, start)]
+    asked: list[str] = []
+
+    def listing(_bucket: object, prefix: str = "") -> list[StoredObject]:
+        asked.append(prefix)
+        return [o for o in bucket if o.key.startswith(prefix)]
+
+    monkeypatch.setattr(store, "list_objects", listing)
+    tier = object.__new__(ttft.SiteTier)
+    tier.bucket = None  # type: ignore[assignment]
+    tier.prefixes, tier.since = ["m@", "_var_lib_vllm_models_m@"], start - dt.timedelta(seconds=60)
+    assert tier.objects() == {"m@1@0@ab@bfloat16", "_var_lib_vllm_models_m@1@0@ef@bfloat16"}
+    assert "" not in asked  # never the whole bucket

@@ -137,3 +137,14 @@ def test_error_text_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(cli_app, "app", crash)
     result = run_cli("validate")
     assert result.returncode == 1 and "RuntimeError: bad [/] markup" in result.stderr
+
+
+def test_bench_ttft_on_a_live_site_says_what_it_will_do_and_asks() -> None:
+    """It restarts a serving host and deletes objects: without a terminal and without --yes
+    it refuses (exit 2) before any host is contacted, having said which hosts and keys."""
+    result = run("bench", "ttft", "-i", "example")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "pass --yes" in result.stderr
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "restarts vllm and lmcache-server on the first of" in said, said
+    assert "Qwen_Qwen3-32B@" in said, said

@@ -36,20 +36,34 @@ def test_corefile_catch_all_is_one_key() -> None:
     assert "\n.:53 {\n" in corefile and ". :53" not in corefile
 
 
+MULTISITE = {"ceph_rgw_realm": "kv", "ceph_rgw_zonegroup": "kv-zg", "ceph_rgw_zone": "kv-a"}
+
+
 @pytest.mark.parametrize(("version", "hostnames", "graceful"),
                          [("18.2.4", False, False), ("19.2.6", True, False),
                           ("20.2.4", True, True)])
+@pytest.mark.parametrize("multisite", [False, True])
 def test_cephadm_spec_routes_virtual_hosts_and_has_only_known_fields(
-        make_inventory: InventoryFactory, version: str, hostnames: bool, graceful: bool) -> None:
+        make_inventory: InventoryFactory, version: str, hostnames: bool, graceful: bool,
+        multisite: bool) -> None:
     site = _site(make_inventory, deploykit_ceph_version=version,
-                 deploykit_s3_fqdn="s3.example.test")
+                 deploykit_s3_fqdn="s3.example.test", **(MULTISITE if multisite else {}))
     doc = yaml.safe_load(render_site(site)["_cluster"]["cephadm/rgw-spec.yaml"].content)
     assert doc["config"]["rgw_dns_name"] == "s3.example.test"
     assert doc["config"]["rgw_exit_timeout_secs"] == "120"
+    # the runtime must not kill a draining gateway before RGW's own exit timeout
+    assert doc["extra_container_args"] == ["--stop-timeout=130"]
     assert ("rgw_graceful_stop" in doc["config"]) is graceful
-    assert ("zonegroup_hostnames" in doc["spec"]) is hostnames
-    if hostnames:
+    # cephadm's `rgw zonegroup modify` needs realm, zonegroup and zone with the hostnames
+    # (D-1): a single site relies on rgw_dns_name and never names the zonegroup's hostnames
+    assert ("zonegroup_hostnames" in doc["spec"]) is (hostnames and multisite)
+    if hostnames and multisite:
         assert doc["spec"]["zonegroup_hostnames"] == ["s3.example.test"]
+    if multisite:
+        assert {k: doc["spec"][k] for k in ("rgw_realm", "rgw_zonegroup", "rgw_zone")} == \
+            {"rgw_realm": "kv", "rgw_zonegroup": "kv-zg", "rgw_zone": "kv-a"}
+    else:
+        assert not {"rgw_realm", "rgw_zonegroup", "rgw_zone"} & set(doc["spec"])
     # upstream RGWSpec has neither field: `ceph orch apply` would refuse the spec
     assert "rgw_exit_timeout_secs" not in doc["spec"]
     assert not any(k.startswith("concentrator") for k in doc["spec"])
