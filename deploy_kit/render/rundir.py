@@ -106,6 +106,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         # a local model directory on the controller, staged by the vllm role
         "model_is_local": c.model_is_local,
         "model_on_host": c.model_path_on_host,
+        # the role stages the directory again only when this changes (one read, not one
+        # stat per file, on a re-run)
+        "model_digest": model_digest(c.vllm_model) if c.model_is_local else None,
         "lmcache_server": c.lmcache_topology == "server",
         # CPU hosts run vLLM on their cores: no accelerator device to look for
         "needs_device": accelerator != "cpu",
@@ -114,6 +117,32 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "wheelhouse_archive": has_archive(c.vllm_wheel_dir),
     }
     return settings
+
+
+def model_digest(directory: str) -> str | None:
+    """What identifies a staged copy of a controller model directory: every file's relative
+    path, size and modification time (hashing gigabytes of weights on each run would cost
+    more than the copy it saves). None when the directory cannot be read: the role then
+    stages it as before and reports why."""
+    import hashlib
+    import os
+
+    entries = []
+    try:
+        for top, dirs, files in os.walk(directory, onerror=_raise):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(top, name)
+                info = os.stat(path)
+                entries.append(f"{os.path.relpath(path, directory)}\0{info.st_size}\0"
+                               f"{info.st_mtime_ns}\n")
+    except OSError:
+        return None
+    return hashlib.sha256("".join(entries).encode()).hexdigest()
+
+
+def _raise(error: OSError) -> None:
+    raise error
 
 
 def site_facts(site: Site) -> dict[str, Any]:
