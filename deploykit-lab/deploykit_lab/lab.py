@@ -114,6 +114,10 @@ def up(count: int, report: Any = print, chosen: Profile | None = None) -> list[S
     chosen = chosen or profile(DEFAULT)
     if is_up():
         running = _state()
+        # this checkout's binaries: its CoreDNS plugin list may differ from the one the
+        # running lab was started with (each build is cached under its own name)
+        ensure_coredns()
+        ensure_consul()
         _write_inventory(running, chosen, report)
         report(f"lab is already up (profile {running.get('profile', DEFAULT)} when started); "
                f"inventory written for profile {chosen.name}")
