@@ -163,8 +163,8 @@ def test_pool_module_changes_only_the_difference(loopback: Loopback) -> None:
     assert pool(loopback.conf, "dk-test-pool")["size"] == 2
     shrunk = ansible_module("deploykit_ceph_pool", {**args, "pg_num": 16})
     assert shrunk["actions"][:2] == [
-        f"ceph --conf {loopback.conf} config set global mon_allow_pool_size_one true",
-        f"ceph --conf {loopback.conf} osd pool set dk-test-pool size 1 --yes-i-really-mean-it"]
+        "ceph config set global mon_allow_pool_size_one true",
+        "ceph osd pool set dk-test-pool size 1 --yes-i-really-mean-it"]
     assert pool(loopback.conf, "dk-test-pool")["size"] == 1
 
 
