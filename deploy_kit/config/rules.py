@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit import compat
-from deploy_kit.config.models import SECRET_KEYS
+from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
 from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import Problem
@@ -309,12 +309,6 @@ def consul_quorum(site: Site) -> Iterator[Problem]:
             return
 
 
-# node names let through: host names, FQDN inventory names included. Anything else (an
-# underscore, a space, a '/') makes Consul warn that DNS cannot name the node
-_CONSUL_NODE = re.compile(r"^[A-Za-z0-9-]{1,63}$|^(?=.{1,253}$)[A-Za-z0-9-]{1,63}"
-                          r"(\.[A-Za-z0-9-]{1,63})+$")
-
-
 @rule
 def consul_node_names_usable(site: Site) -> Iterator[Problem]:
     """Every Consul agent's node name is its inventory name: a name Consul cannot serve, or
@@ -324,7 +318,9 @@ def consul_node_names_usable(site: Site) -> Iterator[Problem]:
     agents = [h for h in site.hosts.values() if h.groups & {"rgw", "consul_servers"}]
     seen: dict[str, str] = {}
     for host in sorted(agents, key=lambda h: h.name):
-        if not _CONSUL_NODE.match(host.name):
+        # host names (FQDN inventory names included); anything else (an underscore, a
+        # space, a '/') makes Consul warn that DNS cannot name the node
+        if dns_name_problem(host.name, min_labels=1):
             yield Problem(site.hosts_file, host.name, "is not a name Consul can give a node "
                           "(letters, digits, '-' and '.' only)",
                           "rename the host in the inventory (keep ansible_host as it is)",

@@ -13,6 +13,7 @@ run directory never contains a key.
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     return settings
 
 
+@cache  # one walk per render, not one per serving host of a fleet sharing the model
 def model_digest(directory: str) -> str | None:
     """What identifies a staged copy of a controller model directory: every file's relative
     path, size and modification time (hashing gigabytes of weights on each run would cost
