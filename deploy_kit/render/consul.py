@@ -8,6 +8,13 @@ from typing import Any
 from deploy_kit.config.site import Host, Site
 
 
+def _with_loopback(address: str) -> str:
+    """The roles and verify talk to the agent on 127.0.0.1: an API opened on one address
+    also keeps loopback (0.0.0.0 already includes it)."""
+    return address if address in ("0.0.0.0", "::") else " ".join(
+        dict.fromkeys(["127.0.0.1", address]))
+
+
 def agent_config(site: Site, host: Host) -> dict[str, Any]:
     c = host.config
     servers = site.group("consul_servers")
@@ -19,7 +26,7 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         "bind_addr": host.address,
         # the HTTP API on loopback (consul_http_address); DNS also on the host's address,
         # which CoreDNS forwards to (Consul binds each space-separated address)
-        "client_addr": c.consul_http_address,
+        "client_addr": _with_loopback(c.consul_http_address),
         "addresses": {"dns": " ".join(dict.fromkeys(["127.0.0.1", host.address]))},
         "retry_join": sorted(s.address for s in servers),
         "server": is_server,

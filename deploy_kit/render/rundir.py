@@ -125,7 +125,7 @@ def model_digest(directory: str) -> str | None:
     """What identifies a staged copy of a controller model directory: every file's relative
     path, size and modification time (hashing gigabytes of weights on each run would cost
     more than the copy it saves). None when the directory cannot be read: the role then
-    stages it as before and reports why."""
+    stages it on every run, as before."""
     import hashlib
     import os
 

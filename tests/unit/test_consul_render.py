@@ -84,3 +84,16 @@ def test_inline_consul_secret_is_refused(make_inventory) -> None:  # type: ignor
         open_site(str(root))
     assert any(p.key == "consul_acl_agent_token" and "inline" in p.message
                for p in err.value.problems)
+
+
+@pytest.mark.parametrize(("opened", "client_addr"), [
+    (None, "127.0.0.1"),                     # the default: loopback only
+    ("0.0.0.0", "0.0.0.0"),                  # every address, loopback included
+    ("10.0.0.21", "127.0.0.1 10.0.0.21"),    # one address: loopback kept for roles and verify
+])
+def test_the_http_api_always_answers_on_loopback(make_inventory, opened, client_addr) -> None:  # type: ignore[no-untyped-def]
+    site = open_site(str(make_inventory(all={} if opened is None else
+                                        {"consul_http_address": opened})))
+    agent = consul.agent_config(site, site.hosts["c1"])
+    assert agent["client_addr"] == client_addr
+    assert agent["addresses"]["dns"] == "127.0.0.1 10.0.0.21"
