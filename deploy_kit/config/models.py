@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
-                  "vllm_")
+                  "vllm_", "monitoring_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
                # consul ACL tokens and the gossip key (issue 11): vault only, like the S3 keys
@@ -45,7 +45,11 @@ UNPRIVILEGED_PORTS = {
     "consul_http_port": "consul", "vllm_port": "vLLM",
     "lmcache_server_port": "the LMCache server", "lmcache_server_http_port": "the LMCache server",
     "lmcache_server_metrics_port": "the LMCache server",
+    "monitoring_prometheus_port": "Prometheus", "monitoring_blackbox_port": "the blackbox exporter",
+    "monitoring_alertmanager_port": "Alertmanager",
+    "monitoring_node_exporter_port": "the node exporter",
 }
+_DURATION = r"^[1-9]\d{0,5}(s|m|h)$"  # a Prometheus duration deploykit writes into rules
 
 
 def control_character_problem(value: Any, where: str = "") -> str | None:
@@ -83,6 +87,14 @@ def dns_name_problem(name: str, min_labels: int = 2) -> str | None:
     if len(labels) < min_labels:
         return f"{name!r} is not a fully qualified name"
     return None
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _absolute_path(value: str) -> str:
@@ -322,6 +334,30 @@ class HostConfig(BaseModel):
     vllm_enforce_eager: bool = False  # no torch.compile/graphs: starts in ~35 s on CPU, not ~150
     vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
 
+    # --- monitoring: Prometheus targets, alert rules and a dashboard (render tree
+    # _cluster/monitoring/); a `monitoring` group gets Prometheus itself -----------------
+    monitoring_scrape_interval: str = Field(default="15s", pattern=_DURATION)
+    # the cross-host tier's goal: vLLM's external (LMCache) hit ratio per model, and for how
+    # long it may stay below before the alert fires
+    monitoring_hit_ratio_target: float = Field(default=0.5, ge=0, le=1)
+    monitoring_hit_ratio_for: str = Field(default="15m", pattern=_DURATION)
+    # HAProxy's average response time of one gateway over its last 1024 requests (no
+    # exporter here has an RGW percentile: see README "Monitoring")
+    monitoring_rgw_latency_seconds: float = Field(default=1.0, gt=0, le=3600)
+    monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
+    # `up` enables Ceph's mgr `prometheus` module; where Prometheus scrapes it (host:port).
+    # Empty: every ceph_admin host on 9283 (the module's default port)
+    monitoring_ceph_mgr_prometheus: bool = True
+    monitoring_ceph_mgr_targets: list[str] = Field(default_factory=list)
+    # serving hosts: /dev/shm and memory come from the node exporter (Debian's package,
+    # installed by `up` when the site has a monitoring group)
+    monitoring_node_exporter_install: bool = True
+    monitoring_node_exporter_port: int = Field(default=9100, ge=1, le=65535)
+    monitoring_prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    monitoring_blackbox_port: int = Field(default=9115, ge=1, le=65535)
+    monitoring_alertmanager: bool = False
+    monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
+
     # --- value checks (issue 10): everything pasted into config text is typed -------------
     @field_validator("*", mode="before")
     @classmethod
@@ -454,6 +490,17 @@ class HostConfig(BaseModel):
         except ValueError:
             raise ValueError(f"{value[:40]!r} is not an IP address|give 127.0.0.1 (the "
                              "default), the host's own address or 0.0.0.0") from None
+        return value
+
+    @field_validator("monitoring_ceph_mgr_targets")
+    @classmethod
+    def _scrape_targets(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            host, _, port = entry.rpartition(":")
+            if not (port.isdigit() and 0 < int(port) < 65536) or \
+                    (dns_name_problem(host, 1) and not _is_ip(host.strip("[]"))):
+                raise ValueError(f"{entry[:60]!r} is not a scrape target|give host:port, "
+                                 "e.g. 10.0.0.5:9283 or mgr1.example.com:9283")
         return value
 
     @field_validator("ceph_rgw_networks")

@@ -380,6 +380,11 @@ def ports_in_use(host: Host) -> dict[int, str]:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
+    if "monitoring" in host.groups:
+        claims += [(c.monitoring_prometheus_port, "monitoring_prometheus_port"),
+                   (c.monitoring_blackbox_port, "monitoring_blackbox_port")]
+        if c.monitoring_alertmanager:
+            claims.append((c.monitoring_alertmanager_port, "monitoring_alertmanager_port"))
     seen: dict[int, str] = {}
     for port, key in claims:
         seen[port] = f"{seen[port]}|{key}" if port in seen and seen[port] != key else key

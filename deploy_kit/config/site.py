@@ -27,7 +27,7 @@ from deploy_kit.errors import Problem
 from deploy_kit.geometry import ModelGeometry, find_preset, from_hf_config
 
 _REF_NAME = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
-GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")
+GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "monitoring")
 CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",
                    "ansible_connection")
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+
+
+def consul_scrapable(c: HostConfig) -> bool:
+    """Prometheus can read this agent's metrics: its API listens beyond loopback, and no
+    ACL asks for the agent:read token deploykit does not give Prometheus."""
+    return not c.consul_http_address.startswith("127.") and not c.consul_acl_enabled
 
 
 def _with_loopback(address: str) -> str:
@@ -39,6 +46,8 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         "enable_script_checks": False,
         "log_level": "INFO",
     }
+    if consul_scrapable(c):  # /v1/agent/metrics?format=prometheus needs a retention time
+        cfg["telemetry"] = {"prometheus_retention_time": "60s", "disable_hostname": True}
     if is_server:
         cfg["bootstrap_expect"] = c.consul_bootstrap_expect or len(servers)
         cfg["ui_config"] = {"enabled": True}

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from deploy_kit.config.site import Host, Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.exit_codes import ExitCode
-from deploy_kit.render import consul, dns, lmcache_server, names, storage, vllm
+from deploy_kit.render import consul, dns, lmcache_server, monitoring, names, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
 
@@ -83,6 +83,42 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
             files[vllm.secret_env_path(host)] = RenderedFile(
                 vllm.render_secret_env(host), mode=0o600, secret=True)
         files[names.VLLM_UNIT_PATH] = RenderedFile(vllm.render_unit(host))
+        if site.group("monitoring") and c.monitoring_node_exporter_install:
+            files[monitoring.NODE_EXPORTER_DEFAULTS_PATH] = RenderedFile(
+                monitoring.render_node_exporter_defaults(host, names.HEADER))
+    if "monitoring" in host.groups:
+        files |= monitoring_host_files(site)
+    return files
+
+
+def monitoring_host_files(site: Site) -> dict[str, RenderedFile]:
+    """A monitoring host's Prometheus: its config, the targets and rules it reads, and the
+    blackbox exporter's DNS probe of the S3 name."""
+    m = monitoring
+    files = {f"{m.TARGETS_DIR}/{job}.json": RenderedFile(text)
+             for job, text in m.render_targets(site).items()}
+    files[m.RULES_PATH] = RenderedFile(m.render_rules(site, names.HEADER))
+    files[m.PROMETHEUS_CONFIG_PATH] = RenderedFile(m.render_prometheus_config(
+        site, names.HEADER, m.TARGETS_DIR, m.RULES_PATH))
+    files[m.BLACKBOX_CONFIG_PATH] = RenderedFile(m.render_blackbox_config(site, names.HEADER))
+    files |= {path: RenderedFile(text) for path, text in m.render_defaults(
+        site, names.HEADER).items()}
+    return files
+
+
+def monitoring_cluster_files(site: Site) -> dict[str, RenderedFile]:
+    """What an existing Prometheus includes (paths relative to the directory, which
+    Prometheus resolves against its config file), and the Grafana dashboard."""
+    m = monitoring
+    d = m.CLUSTER_DIR
+    files = {f"{d}/targets/{job}.json": RenderedFile(text)
+             for job, text in m.render_targets(site).items()}
+    files[f"{d}/rules.yml"] = RenderedFile(m.render_rules(site, names.HEADER))
+    files[f"{d}/rules.test.yml"] = RenderedFile(m.render_rule_tests(site, names.HEADER))
+    files[f"{d}/prometheus.yml"] = RenderedFile(m.render_prometheus_config(
+        site, names.HEADER, "targets", "rules.yml"))
+    files[f"{d}/blackbox.yml"] = RenderedFile(m.render_blackbox_config(site, names.HEADER))
+    files[f"{d}/dashboard.json"] = RenderedFile(m.render_dashboard(site))
     return files
 
 
@@ -93,6 +129,7 @@ def cluster_files(site: Site) -> dict[str, RenderedFile]:
         "s3/lifecycle.json": RenderedFile(
             json.dumps(storage.lifecycle_rules(s), indent=2) + "\n"),
     }
+    files |= monitoring_cluster_files(site)
     if s.ceph_rgw_mode == "cephadm":
         files["cephadm/rgw-spec.yaml"] = RenderedFile(storage.render_rgw_spec(site))
     servers = site.group("consul_servers")

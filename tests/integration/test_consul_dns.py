@@ -27,6 +27,7 @@ import dns.rcode
 import pytest
 
 from deploy_kit.config.open import open_site
+from deploy_kit.render import consul as consul_render
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.model import ConsulView
 from deploy_kit.verify.probes.consul_probe import from_output, script
@@ -262,3 +263,21 @@ def test_consul_accepts_every_rendered_agent_config(binaries: tuple[Path, Path],
         done = subprocess.run([str(binaries[0]), "validate", str(conf)], capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 0, f"{host.name}: {done.stdout}{done.stderr}"
+
+
+def test_consul_accepts_the_telemetry_prometheus_scrapes(binaries: tuple[Path, Path],
+                                                         make_inventory: InventoryFactory,
+                                                         tmp_path: Path) -> None:
+    """An API opened beyond loopback (issue 22) adds the retention time that
+    /v1/agent/metrics?format=prometheus needs; the real agent accepts it."""
+    closed = open_site(str(make_inventory()))
+    assert "telemetry" not in consul_render.agent_config(closed, closed.hosts["c1"])
+    site = open_site(str(make_inventory(all={"consul_http_address": "0.0.0.0"})))
+    agent = consul_render.agent_config(site, site.hosts["c1"])
+    assert agent["telemetry"] == {"prometheus_retention_time": "60s", "disable_hostname": True}
+    agent["data_dir"] = str(tmp_path / "data")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "consul.json").write_text(json.dumps(agent))
+    done = subprocess.run([str(binaries[0]), "validate", str(tmp_path / "conf")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr

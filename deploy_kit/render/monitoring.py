@@ -1,0 +1,548 @@
+"""Prometheus for the cache tier (pure): one file_sd target file per job, the alert rules
+with their `promtool test rules` cases, a Grafana dashboard, and the configs of a
+`monitoring` host (Prometheus, blackbox exporter).
+
+Metric names are upstream's, read from the pinned releases: vLLM 0.32/0.33
+(`vllm/v1/metrics/loggers.py`: `vllm:external_prefix_cache_{hits,queries}` counters,
+`vllm:time_to_first_token_seconds`), the LMCache 0.5.6 server's OpenTelemetry counters
+(`lmcache/v1/mp_observability/subscribers/metrics/{lookup,l2,l2_failures}.py`, which its
+Prometheus exporter names `lmcache_mp_<name>_<unit>_total`), HAProxy 2.6's built-in exporter
+(`haproxy_server_status{state=...}`, `haproxy_server_response_time_average_seconds`), the
+blackbox exporter's DNS prober (`probe_dns_answer_rrs`) and the node exporter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from deploy_kit.config.models import HostConfig
+from deploy_kit.config.site import Host, Site
+from deploy_kit.render.consul import consul_scrapable
+
+# where the monitoring host keeps deploykit's part of its Prometheus configuration
+PROMETHEUS_CONFIG_PATH = "/etc/prometheus/prometheus.yml"
+PROMETHEUS_DIR = "/etc/prometheus/deploykit"
+TARGETS_DIR = f"{PROMETHEUS_DIR}/targets"
+RULES_PATH = f"{PROMETHEUS_DIR}/rules.yml"
+BLACKBOX_CONFIG_PATH = "/etc/prometheus/blackbox.yml"  # Debian's prometheus-blackbox-exporter
+CLUSTER_DIR = "monitoring"  # _cluster/monitoring/ in the render tree
+
+# Debian's units read their flags from these (EnvironmentFile=, ARGS)
+PROMETHEUS_DEFAULTS_PATH = "/etc/default/prometheus"
+BLACKBOX_DEFAULTS_PATH = "/etc/default/prometheus-blackbox-exporter"
+ALERTMANAGER_DEFAULTS_PATH = "/etc/default/prometheus-alertmanager"
+NODE_EXPORTER_DEFAULTS_PATH = "/etc/default/prometheus-node-exporter"
+
+DNS_PROBE_MODULE = "deploykit_s3_name"
+CEPH_MGR_PORT = 9283  # the mgr `prometheus` module's default
+
+VLLM = "deploykit-vllm"
+LMCACHE = "deploykit-lmcache"
+COREDNS = "deploykit-coredns"
+CONSUL = "deploykit-consul"
+HAPROXY = "deploykit-haproxy"
+CEPH = "deploykit-ceph-mgr"
+NODE = "deploykit-node"
+DNS_ANSWERS = "deploykit-dns-answers"
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    metrics_path: str = "/metrics"
+    params: dict[str, list[str]] = field(default_factory=dict)
+    probed: bool = False  # targets are probed through the blackbox exporter
+
+
+JOBS = (Job(VLLM), Job(LMCACHE), Job(COREDNS),
+        Job(CONSUL, "/v1/agent/metrics", {"format": ["prometheus"]}),
+        Job(HAPROXY), Job(CEPH), Job(NODE),
+        Job(DNS_ANSWERS, "/probe", {"module": [DNS_PROBE_MODULE]}, probed=True))
+
+
+def _endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _group(host: Host, tier: str, **labels: str) -> dict[str, Any]:
+    return {"targets": [], "labels": {"host": host.name, "group": tier, **labels}}
+
+
+def _serving_labels(c: HostConfig) -> dict[str, str]:
+    return {"model": c.served_model_name, "accelerator": c.vllm_accelerator or "cuda"}
+
+
+@dataclass(frozen=True)
+class Targets:
+    """file_sd content per job, and why a job has none (said in the rendered config)."""
+
+    groups: dict[str, list[dict[str, Any]]]
+    omitted: dict[str, str]
+
+
+def scrape_targets(site: Site) -> Targets:
+    groups: dict[str, list[dict[str, Any]]] = {job.name: [] for job in JOBS}
+    omitted: dict[str, str] = {}
+
+    def add(job: str, host: Host, tier: str, port: int, **labels: str) -> None:
+        entry = _group(host, tier, **labels)
+        entry["targets"] = [_endpoint(host.address, port)]
+        groups[job].append(entry)
+
+    s = site.settings
+    for host in site.hosts.values():
+        c = host.config
+        if "vllm" in host.groups:
+            add(VLLM, host, "vllm", c.vllm_port, **_serving_labels(c))
+            if c.lmcache_topology == "server":
+                add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
+            add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))
+        if "dns" in host.groups:
+            add(COREDNS, host, "dns", c.coredns_metrics_port)
+            add(DNS_ANSWERS, host, "dns", c.coredns_port)
+        if "rgw" in host.groups and c.ceph_rgw_concentrator == "deploykit":
+            add(HAPROXY, host, "rgw", c.ceph_rgw_concentrator_monitor_port)
+        if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"} \
+                and consul_scrapable(c):
+            add(CONSUL, host, "consul", c.consul_http_port)
+    if s.deploykit_dns_mode != "consul":
+        omitted[CONSUL] = "static DNS mode runs no Consul"
+    elif not groups[CONSUL]:
+        omitted[CONSUL] = ("Consul's HTTP API, which serves its metrics, listens on loopback "
+                           "(consul_http_address) or needs an ACL token with agent:read")
+    if not s.monitoring_ceph_mgr_prometheus:
+        omitted[CEPH] = "monitoring_ceph_mgr_prometheus is false"
+    elif s.monitoring_ceph_mgr_targets:
+        groups[CEPH] = [{"targets": [t], "labels": {"host": t.rpartition(":")[0],
+                                                     "group": "ceph_admin"}}
+                        for t in s.monitoring_ceph_mgr_targets]
+    else:
+        for host in site.group("ceph_admin"):
+            add(CEPH, host, "ceph_admin", CEPH_MGR_PORT)
+    for job in JOBS:
+        if not groups[job.name] and job.name not in omitted:
+            omitted[job.name] = "no host in the inventory runs it"
+    return Targets({k: v for k, v in groups.items() if v}, omitted)
+
+
+def gateway_count(site: Site) -> int:
+    """What a healthy DNS answer for the S3 name holds: one A record per concentrator."""
+    return len(site.group("rgw"))
+
+
+# --- alert rules ------------------------------------------------------------------------
+
+def _seconds(duration: str) -> int:
+    number, unit = int(duration[:-1]), duration[-1]
+    return number * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def _minutes(duration: str) -> int:
+    return -(-_seconds(duration) // 60)
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One rule, with the series that must fire it and the series that must not."""
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+    verify_check: str
+    doctor_symptom: str
+    labels: dict[str, str]  # what the firing case's alert carries besides severity
+    firing: list[tuple[str, str]]  # (series, promtool values)
+    healthy: list[tuple[str, str]]
+    eval_minutes: int
+
+    def annotations(self) -> dict[str, str]:
+        return {"summary": self.summary, "description": self.description,
+                "verify_check": self.verify_check, "doctor_symptom": self.doctor_symptom,
+                "runbook": f"deploykit verify --check {self.verify_check}; "
+                           f"deploykit doctor \"{self.doctor_symptom}\""}
+
+    def rule(self) -> dict[str, Any]:
+        return {"alert": self.name, "expr": self.expr, "for": self.for_,
+                "labels": {"severity": self.severity}, "annotations": self.annotations()}
+
+
+def _expand(template: str, labels: dict[str, str]) -> str:
+    """What Prometheus makes of `{{ $labels.x }}` (the only template the rules use)."""
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
+
+
+def _series(name: str, **labels: str) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+def alerts(site: Site) -> list[Alert]:
+    s = site.settings
+    found: list[Alert] = []
+    vllm = {"job": VLLM, "instance": "10.0.0.30:8000", "host": "serve1", "model_name": "m"}
+    ratio_for = _minutes(s.monitoring_hit_ratio_for)
+    target = s.monitoring_hit_ratio_target
+    if target > 0:  # a ratio is never below 0: a target of 0 turns the alert off
+        low, high = int(1000 * target / 2), min(1000, -(-int(1000 * (1 + target)) // 2))
+        minutes = 10 + ratio_for + 5
+        found.append(Alert(
+            "DeploykitExternalHitRatioLow",
+            "sum by (model_name) (rate(vllm:external_prefix_cache_hits_total"
+            f'{{job="{VLLM}"}}[10m])) / sum by (model_name) '
+            f'(rate(vllm:external_prefix_cache_queries_total{{job="{VLLM}"}}[10m])) < {target}',
+            s.monitoring_hit_ratio_for, "warning",
+            f"{{{{ $labels.model_name }}}}: external (LMCache) hit ratio below {target}",
+            "vLLM's external prefix cache answers fewer prompt tokens than the target "
+            "(monitoring_hit_ratio_target): prefixes are not shared across hosts or the "
+            "remote tier does not answer.",
+            "lmcache-remote-tier", "zero hits on other hosts", {"model_name": "m"},
+            [(_series("vllm:external_prefix_cache_queries_total", **vllm), f"0+1000x{minutes}"),
+             (_series("vllm:external_prefix_cache_hits_total", **vllm), f"0+{low}x{minutes}")],
+            [(_series("vllm:external_prefix_cache_queries_total", **vllm), f"0+1000x{minutes}"),
+             (_series("vllm:external_prefix_cache_hits_total", **vllm), f"0+{high}x{minutes}")],
+            minutes))
+    lm = {"job": LMCACHE, "instance": "10.0.0.30:6557", "host": "serve1"}
+    found.append(Alert(
+        "DeploykitLMCacheRemoteErrors",
+        f'sum by (host) (increase(lmcache_mp_l2_prefetch_failure_chunks_total{{job="{LMCACHE}"}}'
+        "[10m])) > 0 or (sum by (host) (increase(lmcache_mp_l2_store_submitted_requests_total"
+        f'{{job="{LMCACHE}"}}[10m])) - sum by (host) (increase('
+        f'lmcache_mp_l2_store_completed_requests_total{{job="{LMCACHE}"}}[10m]))) / sum by '
+        f'(host) (increase(lmcache_mp_l2_store_submitted_requests_total{{job="{LMCACHE}"}}'
+        "[10m])) > 0.1",
+        "10m", "warning",
+        "{{ $labels.host }}: LMCache's remote tier fails stores or loads",
+        "The LMCache server's S3 stores do not complete or objects it expected in S3 fail to "
+        "load: the footprint of a gateway outage, before LMCache's breaker turns S3 off for "
+        "good (it never resets until the process restarts; `deploykit up` restarts it).",
+        "lmcache-s3-breaker", "S3 disabled after connection failures", {"host": "serve1"},
+        [(_series("lmcache_mp_l2_store_submitted_requests_total", **lm), "0+10x30"),
+         (_series("lmcache_mp_l2_store_completed_requests_total", **lm), "0+10x5 50x25"),
+         (_series("lmcache_mp_l2_prefetch_failure_chunks_total", **lm), "0x30")],
+        [(_series("lmcache_mp_l2_store_submitted_requests_total", **lm), "0+10x30"),
+         (_series("lmcache_mp_l2_store_completed_requests_total", **lm), "0+10x30"),
+         (_series("lmcache_mp_l2_prefetch_failure_chunks_total", **lm), "0x30")],
+        30))
+    found.append(Alert(
+        "DeploykitExternalHitsStopped",
+        f'sum by (host) (rate(vllm:external_prefix_cache_hits_total{{job="{VLLM}"}}[15m])) == 0 '
+        f'and sum by (host) (rate(vllm:external_prefix_cache_queries_total{{job="{VLLM}"}}'
+        f'[15m])) > 0 and sum by (host) (increase(vllm:external_prefix_cache_hits_total'
+        f'{{job="{VLLM}"}}[1h] offset 15m)) > 0',
+        "5m", "critical",
+        "{{ $labels.host }}: external hits stopped while queries continue",
+        "This serving host had external (LMCache) hits in the hour before and none in the last "
+        "15 minutes although prompts keep arriving: after maintenance this is LMCache's S3 "
+        "breaker (restart the host's LMCache server and vLLM, or run `deploykit up`).",
+        "lmcache-s3-breaker", "hits stopped after maintenance", {"host": "serve1"},
+        [(_series("vllm:external_prefix_cache_queries_total", **vllm), "0+100x100"),
+         (_series("vllm:external_prefix_cache_hits_total", **vllm), "0+50x60 3000x40")],
+        [(_series("vllm:external_prefix_cache_queries_total", **vllm), "0+100x100"),
+         (_series("vllm:external_prefix_cache_hits_total", **vllm), "0+50x100")],
+        100))
+    gateways = gateway_count(site)
+    if gateways:
+        probe = {"job": DNS_ANSWERS, "instance": "10.0.0.10:53", "host": "dns1"}
+        found.append(Alert(
+            "DeploykitDnsAnswersShort",
+            f'probe_dns_answer_rrs{{job="{DNS_ANSWERS}"}} < {gateways} '
+            f'or probe_success{{job="{DNS_ANSWERS}"}} == 0',
+            "2m", "critical",
+            f"{{{{ $labels.host }}}} answers {s.deploykit_s3_fqdn} with fewer than {gateways} "
+            "addresses",
+            f"Every DNS server should answer the S3 name with one address per concentrator "
+            f"({gateways}); fewer means a gateway left Consul's healthy set, or the probe "
+            "failed. Clients then crowd the gateways that remain.",
+            "dns-answer-count", "too few dns answers",
+            {"host": "dns1", "instance": "10.0.0.10:53", "job": DNS_ANSWERS},
+            [(_series("probe_dns_answer_rrs", **probe), f"{gateways - 1}x10"),
+             (_series("probe_success", **probe), "1x10")],
+            [(_series("probe_dns_answer_rrs", **probe), f"{gateways}x10"),
+             (_series("probe_success", **probe), "1x10")],
+            10))
+    hp = {"job": HAPROXY, "instance": "10.0.0.10:1967", "host": "rgw1"}
+    found.append(Alert(
+        "DeploykitConcentratorDown", f'up{{job="{HAPROXY}"}} == 0', "1m", "critical",
+        "{{ $labels.host }}: the S3 concentrator does not answer",
+        "Prometheus cannot scrape this host's HAProxy: the concentrator is stopped or the "
+        "host is down, and its gateways serve no client.",
+        "s3-concentrator-reachable", "connection refused",
+        {"host": "rgw1", "instance": "10.0.0.10:1967", "job": HAPROXY},
+        [(_series("up", **hp), "1 1 0x8")], [(_series("up", **hp), "1x10")], 5))
+    gw = {**hp, "proxy": "rgw", "server": "rgw1-a", "state": "UP"}
+    found.append(Alert(
+        "DeploykitGatewayDown",
+        f'haproxy_server_status{{job="{HAPROXY}",proxy="rgw",state="UP"}} == 0', "5m",
+        "warning",
+        "{{ $labels.host }}: gateway {{ $labels.server }} is not UP in its concentrator",
+        "A radosgw behind this concentrator fails HAProxy's health check for 5 minutes "
+        "(longer than a rolling restart's drain): its share of requests goes to the others.",
+        "ceph-rgw-daemons", "gateway down",
+        {"host": "rgw1", "instance": "10.0.0.10:1967", "job": HAPROXY, "proxy": "rgw",
+         "server": "rgw1-a", "state": "UP"},
+        [(_series("haproxy_server_status", **gw), "1 1 0x12")],
+        [(_series("haproxy_server_status", **gw), "1x14")], 10))
+    slow = s.monitoring_rgw_latency_seconds
+    lat = {**hp, "proxy": "rgw", "server": "rgw1-a"}
+    found.append(Alert(
+        "DeploykitRgwSlow",
+        "max by (host, server) (haproxy_server_response_time_average_seconds"
+        f'{{job="{HAPROXY}",proxy="rgw"}}) > {slow}',
+        "5m", "warning",
+        "{{ $labels.host }}: gateway {{ $labels.server }} answers slowly",
+        f"HAProxy's average response time of this gateway over its last 1024 requests is "
+        f"above {slow} s (monitoring_rgw_latency_seconds). No exporter here publishes an RGW "
+        "percentile, so this is the closest measure of its op latency; a remote hit that "
+        "waits this long may lose to recompute.",
+        "s3-roundtrip", "TTFT high with remote", {"host": "rgw1", "server": "rgw1-a"},
+        [(_series("haproxy_server_response_time_average_seconds", **lat), f"{slow * 2}x15")],
+        [(_series("haproxy_server_response_time_average_seconds", **lat), f"{slow / 2}x15")],
+        10))
+    free = s.monitoring_shm_free_ratio
+    shm = {"job": NODE, "instance": "10.0.0.30:9100", "host": "serve1",
+           "mountpoint": "/dev/shm", "fstype": "tmpfs", "device": "tmpfs"}
+    size = 64 * 2**30
+    found.append(Alert(
+        "DeploykitShmNearlyFull",
+        f'node_filesystem_avail_bytes{{job="{NODE}",mountpoint="/dev/shm"}} / '
+        f'node_filesystem_size_bytes{{job="{NODE}",mountpoint="/dev/shm"}} < {free}',
+        "5m", "warning",
+        "{{ $labels.host }}: /dev/shm nearly full",
+        f"Less than {free:.0%} of /dev/shm is free (monitoring_shm_free_ratio): LMCache's "
+        "shared segments or the CPU KV cache will fail with a bus error.",
+        "dev-shm-capacity", "/dev/shm no space left",
+        {k: v for k, v in shm.items() if k != "job"} | {"job": NODE},
+        [(_series("node_filesystem_size_bytes", **shm), f"{size}x10"),
+         (_series("node_filesystem_avail_bytes", **shm), f"{int(size * free / 2)}x10")],
+        [(_series("node_filesystem_size_bytes", **shm), f"{size}x10"),
+         (_series("node_filesystem_avail_bytes", **shm), f"{int(size * (1 + free) / 2)}x10")],
+        8))
+    return found
+
+
+RECORDS = {
+    # per host and model, what the dashboard and the lab's proof read
+    "deploykit:vllm_external_hit_ratio:rate5m":
+        f'sum by (host, model_name) (rate(vllm:external_prefix_cache_hits_total{{job="{VLLM}"}}'
+        f'[5m])) / sum by (host, model_name) (rate(vllm:external_prefix_cache_queries_total'
+        f'{{job="{VLLM}"}}[5m]))',
+    "deploykit:vllm_external_hit_tokens:increase1h":
+        f'sum by (host, model_name) (increase(vllm:external_prefix_cache_hits_total'
+        f'{{job="{VLLM}"}}[1h]))',
+}
+
+
+def _dump(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+
+
+def render_rules(site: Site, header: str) -> str:
+    groups = [{"name": "deploykit-records", "rules": [
+                  {"record": name, "expr": expr} for name, expr in RECORDS.items()]},
+              {"name": "deploykit-alerts", "rules": [a.rule() for a in alerts(site)]}]
+    return f"# {header}\n" + _dump({"groups": groups})
+
+
+def rule_tests(site: Site, rules_file: str = "rules.yml",
+               swap: str | None = None) -> dict[str, Any]:
+    """promtool's unit tests of the rules: each alert fires on its firing series and stays
+    silent on its healthy ones. `swap` (tests only) feeds one alert's healthy series to its
+    firing case, which must then fail."""
+    tests = []
+    for alert in alerts(site):
+        firing = alert.healthy if alert.name == swap else alert.firing
+        labels = {**alert.labels, "severity": alert.severity}
+        expected = {k: _expand(v, labels) for k, v in alert.annotations().items()}
+        tests.append({"interval": "1m",
+                      "input_series": [{"series": s, "values": v} for s, v in firing],
+                      "alert_rule_test": [{"eval_time": f"{alert.eval_minutes}m",
+                                           "alertname": alert.name,
+                                           "exp_alerts": [{"exp_labels": labels,
+                                                           "exp_annotations": expected}]}]})
+        tests.append({"interval": "1m",
+                      "input_series": [{"series": s, "values": v} for s, v in alert.healthy],
+                      "alert_rule_test": [{"eval_time": f"{alert.eval_minutes}m",
+                                           "alertname": alert.name, "exp_alerts": []}]})
+    return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": tests}
+
+
+def render_rule_tests(site: Site, header: str) -> str:
+    return f"# {header}\n# promtool test rules rules.test.yml (beside rules.yml)\n" + \
+        _dump(rule_tests(site))
+
+
+# --- Prometheus and blackbox configuration ----------------------------------------------
+
+def prometheus_config(site: Site, targets_dir: str, rules_path: str,
+                      blackbox: str) -> dict[str, Any]:
+    s = site.settings
+    found = scrape_targets(site)
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": s.monitoring_scrape_interval,
+                   "evaluation_interval": s.monitoring_scrape_interval},
+        "rule_files": [rules_path],
+    }
+    if s.monitoring_alertmanager:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [
+            {"targets": [f"127.0.0.1:{s.monitoring_alertmanager_port}"]}]}]}
+    scrapes = []
+    for job in JOBS:
+        if job.name not in found.groups:
+            continue
+        scrape: dict[str, Any] = {"job_name": job.name, "metrics_path": job.metrics_path}
+        if job.params:
+            scrape["params"] = job.params
+        scrape["file_sd_configs"] = [{"files": [f"{targets_dir}/{job.name}.json"]}]
+        if job.probed:  # the DNS server is the probe's target; the exporter is scraped
+            scrape["relabel_configs"] = [
+                {"source_labels": ["__address__"], "target_label": "__param_target"},
+                {"source_labels": ["__param_target"], "target_label": "instance"},
+                {"target_label": "__address__", "replacement": blackbox}]
+        scrapes.append(scrape)
+    config["scrape_configs"] = scrapes
+    return config
+
+
+def render_prometheus_config(site: Site, header: str, targets_dir: str, rules_path: str) -> str:
+    s = site.settings
+    omitted = scrape_targets(site).omitted
+    notes = "".join(f"# not scraped: {job}: {why}\n" for job, why in sorted(omitted.items()))
+    blackbox = f"127.0.0.1:{s.monitoring_blackbox_port}"
+    return f"# {header}\n{notes}" + _dump(prometheus_config(site, targets_dir, rules_path,
+                                                            blackbox))
+
+
+def render_blackbox_config(site: Site, header: str) -> str:
+    module = {"prober": "dns", "timeout": "5s",
+              "dns": {"query_name": site.settings.deploykit_s3_fqdn, "query_type": "A",
+                      "transport_protocol": "udp", "preferred_ip_protocol": "ip4",
+                      "valid_rcodes": ["NOERROR"]}}
+    return f"# {header}\n" + _dump({"modules": {DNS_PROBE_MODULE: module}})
+
+
+def _args(header: str, *flags: str) -> str:
+    return f"# {header}\nARGS=\"{' '.join(flags)}\"\n"
+
+
+def render_defaults(site: Site, header: str) -> dict[str, str]:
+    """The monitoring host's unit flags: Prometheus on its port, the blackbox exporter on
+    loopback (only this Prometheus asks it), Alertmanager without a gossip cluster."""
+    s = site.settings
+    files = {
+        PROMETHEUS_DEFAULTS_PATH: _args(
+            header, f"--web.listen-address=:{s.monitoring_prometheus_port}"),
+        BLACKBOX_DEFAULTS_PATH: _args(
+            header, f"--config.file={BLACKBOX_CONFIG_PATH}",
+            f"--web.listen-address=127.0.0.1:{s.monitoring_blackbox_port}"),
+    }
+    if s.monitoring_alertmanager:
+        files[ALERTMANAGER_DEFAULTS_PATH] = _args(
+            header, f"--web.listen-address=127.0.0.1:{s.monitoring_alertmanager_port}",
+            "--cluster.listen-address=")
+    return files
+
+
+def render_node_exporter_defaults(host: Host, header: str) -> str:
+    return _args(header, f"--web.listen-address=:{host.config.monitoring_node_exporter_port}")
+
+
+def render_targets(site: Site) -> dict[str, str]:
+    """job -> file_sd JSON (Prometheus re-reads these files on change, no reload)."""
+    return {job: json.dumps(entries, indent=2, sort_keys=True) + "\n"
+            for job, entries in scrape_targets(site).groups.items()}
+
+
+# --- dashboard ---------------------------------------------------------------------------
+
+PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
+    # (title, unit, [(PromQL, legend)])
+    ("External (LMCache) hit ratio per host and model", "percentunit",
+     [("deploykit:vllm_external_hit_ratio:rate5m", "{{host}} {{model_name}}")]),
+    ("vLLM local prefix cache hit ratio", "percentunit",
+     [(f'sum by (host) (rate(vllm:prefix_cache_hits_total{{job="{VLLM}"}}[5m])) / '
+       f'sum by (host) (rate(vllm:prefix_cache_queries_total{{job="{VLLM}"}}[5m]))', "{{host}}")]),
+    ("LMCache hit tokens per second: DRAM (L1) and remote tier (L2)", "short",
+     [(f'sum by (host) (rate(lmcache_mp_lookup_hit_l1_tokens_total{{job="{LMCACHE}"}}[5m]))',
+       "{{host}} L1"),
+      (f'sum by (host) (rate(lmcache_mp_lookup_hit_l2_tokens_total{{job="{LMCACHE}"}}[5m]))',
+       "{{host}} L2")]),
+    ("LMCache remote stores submitted and completed per second", "reqps",
+     [(f'sum by (host) (rate(lmcache_mp_l2_store_submitted_requests_total{{job="{LMCACHE}"}}'
+       '[5m]))', "{{host}} submitted"),
+      (f'sum by (host) (rate(lmcache_mp_l2_store_completed_requests_total{{job="{LMCACHE}"}}'
+       '[5m]))', "{{host}} completed")]),
+    ("TTFT p50 / p99 per host", "s",
+     [(f'histogram_quantile(0.5, sum by (le, host) (rate(vllm:time_to_first_token_seconds_bucket'
+       f'{{job="{VLLM}"}}[5m])))', "{{host}} p50"),
+      (f'histogram_quantile(0.99, sum by (le, host) (rate('
+       f'vllm:time_to_first_token_seconds_bucket{{job="{VLLM}"}}[5m])))', "{{host}} p99")]),
+    ("Time per output token p50 / p99 per host", "s",
+     [(f'histogram_quantile(0.5, sum by (le, host) (rate('
+       f'vllm:request_time_per_output_token_seconds_bucket{{job="{VLLM}"}}[5m])))',
+       "{{host}} p50"),
+      (f'histogram_quantile(0.99, sum by (le, host) (rate('
+       f'vllm:request_time_per_output_token_seconds_bucket{{job="{VLLM}"}}[5m])))',
+       "{{host}} p99")]),
+    ("S3 throughput per gateway (bytes/s)", "Bps",
+     [(f'sum by (host, server) (rate(haproxy_server_bytes_out_total{{job="{HAPROXY}",'
+       'proxy="rgw"}[5m]))', "{{server}} out"),
+      (f'sum by (host, server) (rate(haproxy_server_bytes_in_total{{job="{HAPROXY}",'
+       'proxy="rgw"}[5m]))', "{{server}} in")]),
+    ("S3 response time per gateway (average of the last 1024 requests)", "s",
+     [(f'haproxy_server_response_time_average_seconds{{job="{HAPROXY}",proxy="rgw"}}',
+       "{{server}}")]),
+    ("S3 responses per gateway and class", "reqps",
+     [(f'sum by (server, code) (rate(haproxy_server_http_responses_total{{job="{HAPROXY}",'
+       'proxy="rgw"}[5m]))', "{{server}} {{code}}")]),
+    ("DNS answers for the S3 name per DNS server", "short",
+     [(f'probe_dns_answer_rrs{{job="{DNS_ANSWERS}"}}', "{{host}}")]),
+    ("CoreDNS queries per second", "reqps",
+     [(f'sum by (host) (rate(coredns_dns_requests_total{{job="{COREDNS}"}}[5m]))', "{{host}}")]),
+    ("/dev/shm free on serving hosts", "percentunit",
+     [(f'node_filesystem_avail_bytes{{job="{NODE}",mountpoint="/dev/shm"}} / '
+       f'node_filesystem_size_bytes{{job="{NODE}",mountpoint="/dev/shm"}}', "{{host}}")]),
+    ("Scrape targets up per job", "short",
+     [('sum by (job) (up{job=~"deploykit-.*"})', "{{job}}")]),
+]
+
+
+def dashboard(site: Site) -> dict[str, Any]:
+    """Grafana's dashboard JSON (schema 39): time series panels on a Prometheus data source
+    chosen through the `datasource` variable, two panels per row."""
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    panels = []
+    for index, (title, unit, queries) in enumerate(PANELS):
+        panels.append({
+            "id": index + 1, "type": "timeseries", "title": title, "datasource": source,
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+            "targets": [{"refId": chr(ord("A") + i), "datasource": source, "expr": expr,
+                         "legendFormat": legend} for i, (expr, legend) in enumerate(queries)],
+        })
+    return {
+        "uid": "deploykit-kv-tier",
+        "title": f"deploykit KV-cache tier ({site.settings.deploykit_s3_fqdn})",
+        "tags": ["deploykit", "lmcache", "vllm", "ceph"], "timezone": "browser",
+        "schemaVersion": 39, "version": 1, "editable": True, "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "templating": {"list": [{"name": "datasource", "type": "datasource",
+                                 "query": "prometheus", "label": "Prometheus"}]},
+        "panels": panels,
+    }
+
+
+def render_dashboard(site: Site) -> str:
+    return json.dumps(dashboard(site), indent=2) + "\n"
+
+
+def dashboard_queries(board: dict[str, Any]) -> list[str]:
+    return [t["expr"] for panel in board["panels"] for t in panel["targets"]]

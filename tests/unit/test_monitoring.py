@@ -1,0 +1,223 @@
+"""Issue 22: the rendered scrape targets, alert rules, rule tests and dashboard, checked by
+Prometheus's own promtool (and the blackbox exporter's config check)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy_kit.config.models import HostConfig
+from deploy_kit.config.open import open_site
+from deploy_kit.config.site import Site
+from deploy_kit.render import monitoring
+from deploy_kit.render.consul import consul_scrapable
+from deploy_kit.render.files import render_site, write_tree
+from deploy_kit.verify import checks as _registered_checks  # noqa: F401  (fills CHECKS)
+from deploy_kit.verify.doctor import diagnose
+from deploy_kit.verify.model import CHECKS
+from tests.conftest import BASE_HOSTS, InventoryFactory
+from tests.tools import require_tool
+
+
+def site_of(make_inventory: InventoryFactory, hosts: dict | None = None, **all_vars: object
+            ) -> Site:
+    return open_site(str(make_inventory(hosts, all=dict(all_vars))))
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([require_tool("promtool"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def write_cluster(site: Site, out: Path) -> Path:
+    write_tree(render_site(site), out)
+    return out / "_cluster" / "monitoring"
+
+
+def labels_by_host(targets: list[dict]) -> dict[str, dict]:
+    return {entry["labels"]["host"]: entry for entry in targets}
+
+
+def test_targets_per_job_with_host_group_model_accelerator(make_inventory: InventoryFactory
+                                                          ) -> None:
+    site = site_of(make_inventory, vllm_model="Qwen/Qwen3-8B", vllm_port=8100)
+    found = monitoring.scrape_targets(site)
+    vllm = labels_by_host(found.groups[monitoring.VLLM])
+    assert vllm["gpu1"]["targets"] == ["10.0.1.1:8100"]
+    assert vllm["gpu2"]["labels"] == {"host": "gpu2", "group": "vllm", "model": "Qwen/Qwen3-8B",
+                                      "accelerator": "rocm"}
+    assert sorted(labels_by_host(found.groups[monitoring.HAPROXY])) == ["rgw1", "rgw2"]
+    assert labels_by_host(found.groups[monitoring.HAPROXY])["rgw1"]["targets"] == \
+        ["10.0.0.11:1967"]
+    assert labels_by_host(found.groups[monitoring.DNS_ANSWERS])["dns1"]["targets"] == \
+        ["10.0.0.31:53"]
+    assert labels_by_host(found.groups[monitoring.CEPH])["adm1"]["targets"] == ["10.0.0.10:9283"]
+    # in-process LMCache has no metrics port of its own; Consul's API is on loopback
+    assert monitoring.LMCACHE in found.omitted and monitoring.CONSUL in found.omitted
+    assert "loopback" in found.omitted[monitoring.CONSUL]
+
+
+def test_consul_and_lmcache_jobs_follow_the_settings(make_inventory: InventoryFactory) -> None:
+    opened = monitoring.scrape_targets(site_of(make_inventory, consul_http_address="0.0.0.0",
+                                               lmcache_topology="server"))
+    assert sorted(labels_by_host(opened.groups[monitoring.CONSUL])) == ["c1", "rgw1", "rgw2"]
+    assert labels_by_host(opened.groups[monitoring.LMCACHE])["gpu1"]["targets"] == \
+        ["10.0.1.1:6557"]
+    # under ACLs /v1/agent/metrics needs a token deploykit does not give Prometheus
+    assert not consul_scrapable(HostConfig(consul_http_address="0.0.0.0",
+                                                      consul_acl_enabled=True))
+    assert consul_scrapable(HostConfig(consul_http_address="0.0.0.0"))
+    mgr = monitoring.scrape_targets(site_of(
+        make_inventory, monitoring_ceph_mgr_targets=["mgr1.example.com:9283", "10.0.0.9:9999"]))
+    assert [e["targets"] for e in mgr.groups[monitoring.CEPH]] == \
+        [["mgr1.example.com:9283"], ["10.0.0.9:9999"]]
+    off = monitoring.scrape_targets(site_of(make_inventory, monitoring_ceph_mgr_prometheus=False))
+    assert monitoring.CEPH not in off.groups
+
+
+def test_rules_pass_promtool_and_their_tests_pass(make_inventory: InventoryFactory,
+                                                  tmp_path: Path) -> None:
+    directory = write_cluster(site_of(make_inventory), tmp_path / "out")
+    checked = promtool("check", "rules", "rules.yml", cwd=directory)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tested = promtool("test", "rules", "rules.test.yml", cwd=directory)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    config = promtool("check", "config", "prometheus.yml", cwd=directory)
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+@pytest.mark.parametrize("alert", [a.name for a in monitoring.alerts(open_site(
+    str(Path(__file__).resolve().parents[2] / "inventory" / "example")))])
+def test_each_rule_test_fails_when_its_input_is_healthy(alert: str, tmp_path: Path) -> None:
+    """Feeding an alert's firing case the healthy series must break `promtool test rules`:
+    the tests prove the rule fires on its input, not just that the file parses."""
+    site = open_site(str(Path(__file__).resolve().parents[2] / "inventory" / "example"))
+    directory = write_cluster(site, tmp_path / "out")
+    (directory / "swapped.test.yml").write_text(
+        yaml.safe_dump(monitoring.rule_tests(site, swap=alert)))
+    result = promtool("test", "rules", "swapped.test.yml", cwd=directory)
+    assert result.returncode != 0
+    assert alert in result.stdout + result.stderr
+
+
+def test_thresholds_come_from_the_settings(make_inventory: InventoryFactory,
+                                           tmp_path: Path) -> None:
+    hosts = copy.deepcopy(BASE_HOSTS)
+    hosts["all"]["children"]["rgw"]["hosts"]["rgw3"] = {"ansible_host": "10.0.0.13"}
+    site = site_of(make_inventory, hosts, monitoring_hit_ratio_target=0.85,
+                   monitoring_hit_ratio_for="30m", monitoring_rgw_latency_seconds=0.25,
+                   monitoring_shm_free_ratio=0.2)
+    rules = {a.name: a for a in monitoring.alerts(site)}
+    assert rules["DeploykitExternalHitRatioLow"].expr.endswith("< 0.85")
+    assert rules["DeploykitExternalHitRatioLow"].for_ == "30m"
+    assert "probe_dns_answer_rrs{job=\"deploykit-dns-answers\"} < 3" in \
+        rules["DeploykitDnsAnswersShort"].expr
+    assert rules["DeploykitRgwSlow"].expr.endswith("> 0.25")
+    assert rules["DeploykitShmNearlyFull"].expr.endswith("< 0.2")
+    directory = write_cluster(site, tmp_path / "out")
+    tested = promtool("test", "rules", "rules.test.yml", cwd=directory)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    # a target of 0 can never be missed: the alert is left out, not rendered to never fire
+    off = {a.name for a in monitoring.alerts(site_of(make_inventory,
+                                                     monitoring_hit_ratio_target=0))}
+    assert "DeploykitExternalHitRatioLow" not in off
+
+
+def test_every_alert_names_a_real_check_and_a_symptom_doctor_maps_to_it(
+        make_inventory: InventoryFactory) -> None:
+    for alert in monitoring.alerts(site_of(make_inventory)):
+        assert alert.verify_check in CHECKS, alert.name
+        suggested = {check for _, checks in diagnose(alert.doctor_symptom) for check in checks}
+        assert alert.verify_check in suggested, (alert.name, alert.doctor_symptom)
+        assert alert.annotations()["runbook"].startswith(
+            f"deploykit verify --check {alert.verify_check}")
+
+
+def test_dashboard_structure_and_every_query_parses(make_inventory: InventoryFactory,
+                                                    tmp_path: Path) -> None:
+    directory = write_cluster(site_of(make_inventory), tmp_path / "out")
+    board = json.loads((directory / "dashboard.json").read_text())
+    assert board["uid"] and board["title"] and board["schemaVersion"] >= 36
+    assert [v["name"] for v in board["templating"]["list"]] == ["datasource"]
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"panel {panel['title']} overlaps another"
+                cells.add((x, y))
+        assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert len(refs) == len(set(refs))
+    titles = " ".join(p["title"] for p in board["panels"])
+    for topic in ("hit ratio", "TTFT", "output token", "S3 throughput", "S3 response time",
+                  "DNS answers"):
+        assert topic in titles
+    queries = monitoring.dashboard_queries(board)
+    assert parse_errors(queries, tmp_path) == ""
+    # the same check refuses a broken query: it can fail
+    assert "parse error" in parse_errors(["sum by (host (rate(up[5m]))"], tmp_path)
+
+
+def parse_errors(queries: list[str], tmp_path: Path) -> str:
+    """promtool's PromQL parser on each query (as a recording rule), '' when all parse."""
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query{i}", "expr": q} for i, q in enumerate(queries)]}]}
+    path = tmp_path / "queries.yml"
+    path.write_text(yaml.safe_dump(rules))
+    result = promtool("check", "rules", str(path), cwd=tmp_path)
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+def test_blackbox_module_probes_the_s3_name(make_inventory: InventoryFactory,
+                                            tmp_path: Path) -> None:
+    site = site_of(make_inventory, deploykit_s3_fqdn="s3.example.org")
+    directory = write_cluster(site, tmp_path / "out")
+    module = yaml.safe_load((directory / "blackbox.yml").read_text())["modules"][
+        monitoring.DNS_PROBE_MODULE]
+    assert module["dns"]["query_name"] == "s3.example.org"
+    exporter = require_tool("prometheus-blackbox-exporter")
+    result = subprocess.run([exporter, "--config.check",
+                             f"--config.file={directory / 'blackbox.yml'}"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load((directory / "prometheus.yml").read_text())
+    probe = next(j for j in config["scrape_configs"] if j["job_name"] == monitoring.DNS_ANSWERS)
+    assert probe["params"] == {"module": [monitoring.DNS_PROBE_MODULE]}
+    assert probe["relabel_configs"][-1]["replacement"] == "127.0.0.1:9115"
+
+
+def test_monitoring_host_gets_prometheus_with_absolute_paths(make_inventory: InventoryFactory,
+                                                             tmp_path: Path) -> None:
+    hosts = copy.deepcopy(BASE_HOSTS)
+    hosts["all"]["children"]["monitoring"] = {"hosts": {"mon1": {"ansible_host": "10.0.2.1"}}}
+    site = site_of(make_inventory, hosts, monitoring_alertmanager=True)
+    tree = render_site(site)
+    files = tree["mon1"]
+    assert monitoring.PROMETHEUS_CONFIG_PATH in files and monitoring.RULES_PATH in files
+    config = yaml.safe_load(files[monitoring.PROMETHEUS_CONFIG_PATH].content)
+    assert config["rule_files"] == [monitoring.RULES_PATH]
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == \
+        ["127.0.0.1:9093"]
+    for scrape in config["scrape_configs"]:
+        for path in scrape["file_sd_configs"][0]["files"]:
+            assert path.startswith(monitoring.TARGETS_DIR + "/") and path in files
+    # without a monitoring group nothing of Prometheus lands on a host
+    assert not any(p.startswith("/etc/prometheus") for h, f in render_site(
+        site_of(make_inventory)).items() for p in f)
+    # and the host's config passes promtool with its rules and targets in place
+    out = tmp_path / "host"
+    write_tree({"mon1": files}, out)
+    root = out / "mon1"
+    text = (root / monitoring.PROMETHEUS_CONFIG_PATH.lstrip("/")).read_text()
+    (root / "local.yml").write_text(text.replace("/etc/prometheus", str(root / "etc/prometheus")))
+    result = promtool("check", "config", "local.yml", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
