@@ -34,7 +34,7 @@ test: install lab-prefetch-background lint
 test-lab: install
 	rm -f runs/lab-prefetch.*
 	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/secured tests/lab/ansible \
-	  tests/lab/failover
+	  tests/lab/failover tests/lab/monitoring
 
 lab-prefetch-background: install
 	@if [ "$$(id -u)" = 0 ]; then \

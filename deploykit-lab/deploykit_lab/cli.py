@@ -17,7 +17,8 @@ lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "
 ProfileOpt = Annotated[str, typer.Option(
     "--profile", help="serving (default): lab3/lab4 run vLLM (CPU) + LMCache for real, about "
                       "7 GB of memory each; plain: storage + DNS, serving hosts get config "
-                      "only; secured: serving + TLS + Consul ACLs + gossip encryption")]
+                      "only; secured: serving + TLS + Consul ACLs + gossip encryption; "
+                      "monitoring: serving + Prometheus on lab1")]
 
 
 def _chosen(name: str, serving: bool) -> Profile:

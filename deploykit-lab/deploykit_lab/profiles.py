@@ -6,6 +6,8 @@ profile switched on half-way through a session).
 - plain: the storage and DNS tier only; the serving hosts get units and config, nothing runs.
 - secured: serving, plus TLS on the concentrators (port 443, the site CA made by `up`),
   Consul ACLs (default deny) and gossip encryption, the tokens and key in a vault file.
+- monitoring: serving, plus a `monitoring` group on lab1 (Prometheus, the blackbox
+  exporter, a node exporter on each serving host) scraping every job every 5 s.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ class Profile:
     serving: bool
     secured: bool
     summary: str
+    monitoring: bool = False
 
 
 PROFILES = {p.name: p for p in (
     Profile("serving", True, False, "vLLM (CPU) + LMCache server on lab3/lab4, plain HTTP"),
     Profile("plain", False, False, "storage + DNS only; serving hosts get config, no vLLM"),
     Profile("secured", True, True, "serving + TLS (443) + Consul ACLs + gossip encryption"),
+    Profile("monitoring", True, False, "serving + Prometheus on lab1 scraping every job",
+            monitoring=True),
 )}
 DEFAULT = "serving"
 
@@ -73,6 +78,11 @@ def vault_text() -> str:
 
 def group_vars(chosen: Profile) -> dict[str, dict[str, Any] | str]:
     """group_vars/all/<file> -> settings (or encrypted text) the profile adds."""
+    if chosen.monitoring:
+        return {"monitoring.yml": {
+            "monitoring_scrape_interval": "5s",
+            # the lab has no ACLs: Consul's API opens so that its metrics are scraped too
+            "consul_http_address": "0.0.0.0"}}
     if not chosen.secured:
         return {}
     return {"tls.yml": {"deploykit_s3_tls": True, "deploykit_s3_port": 443},
