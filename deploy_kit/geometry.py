@@ -34,6 +34,12 @@ class ModelGeometry:
     qk_rope_head_dim: int = 0
     # 0: unknown; needed for a complete rope override, not part of the KV geometry
     rope_theta: float = field(default=0.0, compare=False)
+    # What a prefill computes (the planner's FLOP model), not part of the KV geometry either.
+    # prefill_params: the parameters each token passes through (non-embedding, active
+    # experts only); attention_dim: the width of QK^T and AV per layer (heads x head dim).
+    # 0: unknown, and the planner says so instead of guessing.
+    prefill_params: int = field(default=0, compare=False)
+    attention_dim: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -99,6 +105,24 @@ def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel:
         objects = tensor_parallel * pipeline_parallel
     return ChunkLayout(bytes_per_token=total, object_bytes=per_object_token * chunk_tokens,
                        objects_per_chunk=objects, chunk_tokens=chunk_tokens)
+
+
+def prefill_flops(geometry: ModelGeometry, tokens: int) -> float | None:
+    """FLOPs of one cold prefill of `tokens`: 2 per parameter per token, plus causal
+    attention's quadratic term (QK^T and AV over half the T x T matrix: 2 T^2 d per layer).
+    None when the geometry does not carry its parameter count."""
+    if geometry.prefill_params <= 0 or geometry.attention_dim <= 0:
+        return None
+    return (2.0 * geometry.prefill_params * tokens
+            + 2.0 * geometry.num_layers * tokens * tokens * geometry.attention_dim)
+
+
+def dense_prefill_params(layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                         mlp_width: int) -> int:
+    """Per-token parameters of a decoder of gated-MLP layers: Q, K, V and O projections plus
+    gate, up and down (`mlp_width`: the intermediate size, or the active experts' sum)."""
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    return layers * (attention + 3 * hidden * mlp_width)
 
 
 @cache
@@ -184,5 +208,32 @@ def from_hf_config(path: Path) -> ModelGeometry:
     if kv_heads > heads or heads % kv_heads:
         raise ValueError(f"num_key_value_heads {kv_heads} does not divide "
                          f"num_attention_heads {heads}")
+    params = _prefill_params(data, layers, heads, kv_heads, head_dim)
     return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads,
-                         head_dim=head_dim, rope_theta=theta)
+                         head_dim=head_dim, rope_theta=theta, prefill_params=params,
+                         attention_dim=heads * head_dim if params else 0)
+
+
+def _count(value: Any) -> int:
+    """A non-negative int from config.json, else 0 (no guess from a bool, float or text)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _prefill_params(data: dict[str, Any], layers: int, heads: int, kv_heads: int,
+                    head_dim: int) -> int:
+    """The planner's parameter count from config.json (0 when a field it needs is absent
+    or odd: the planner then reports no prediction rather than a wrong one). MoE configs
+    (Qwen3-MoE, Mixtral) count the experts a token passes through."""
+    try:
+        hidden = _positive(data, "hidden_size")
+        experts = _count(data.get("num_experts_per_tok"))
+        if experts:
+            width = _count(data.get("moe_intermediate_size") or data.get("intermediate_size"))
+            mlp = experts * width + _count(data.get("shared_expert_intermediate_size") or 0)
+        else:
+            mlp = _count(data.get("intermediate_size"))
+        if not 0 < mlp <= 1 << 24:
+            return 0
+    except ValueError:
+        return 0
+    return dense_prefill_params(layers, hidden, heads, kv_heads, head_dim, mlp)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from deploy_kit import compat
 from deploy_kit.errors import DeployKitError
@@ -118,20 +120,16 @@ def requirements(recipe: Recipe, work: Path) -> tuple[list[str], list[str]]:
                               "wheelhouse from the vendor's artefact source",
                               hint="point vllm_wheel_dir/lmcache_wheel_dir at it")
     package = table.package_name(recipe.accelerator)
-    lmcache = compat.lmcache(recipe.lmcache_version)
-    if recipe.nixl and not lmcache.nixl_storage:
+    if recipe.nixl and not compat.lmcache(recipe.lmcache_version).nixl_storage:
         raise WheelhouseError(f"LMCache {recipe.lmcache_version} has no NIXL storage backend",
                               hint="pin lmcache_version 0.4 or later for lmcache_mode nixl")
-    common = ([f"lmcache[nixl]=={recipe.lmcache_version}", *lmcache.nixl_packages]
-              if recipe.nixl else [f"lmcache=={recipe.lmcache_version}"]) + list(EXTRA_PACKAGES)
-    pins = (table.torch_pins or {}).get(recipe.accelerator)
-    if not pins:
-        return [f"{package}=={recipe.vllm_version}", *common], []
+    if not (table.torch_pins or {}).get(recipe.accelerator):
+        return [f"{package}=={recipe.vllm_version}", *pins(recipe)], []
     _pip(["download", "-q", "--no-deps", "-d", str(work), *_target_args(recipe),
           f"{package}=={recipe.vllm_version}"])
     wheel = next(work.glob(f"{package.replace('-', '_')}-{recipe.vllm_version}-*.whl"))
     deps = runtime_requirements(wheel, recipe.python_version)
-    return [*deps, *pins, *common], [wheel.name]
+    return [*deps, *pins(recipe)], [wheel.name]
 
 
 def sha256(path: Path) -> str:
@@ -164,13 +162,40 @@ def write_lock(directory: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def pins(recipe: Recipe) -> list[str]:
+    """The requirements deploykit itself pins for a recipe (compat.yaml: LMCache, its NIXL
+    pin, the torch pins, boto3), known before anything resolves: what a reused directory
+    must have been resolved with."""
+    table = compat.vllm(recipe.vllm_version)
+    lmcache = compat.lmcache(recipe.lmcache_version)
+    common = ([f"lmcache[nixl]=={recipe.lmcache_version}", *lmcache.nixl_packages]
+              if recipe.nixl else [f"lmcache=={recipe.lmcache_version}"]) + list(EXTRA_PACKAGES)
+    return [*common, *((table.torch_pins or {}).get(recipe.accelerator) or [])]
+
+
+def reusable(manifest: dict[str, Any], recipe: Recipe) -> bool:
+    """A directory is reused only when it was resolved with every pin the recipe has now
+    and for the same C library: a directory's name carries the versions of vLLM, LMCache
+    and Python, not the NIXL or torch pins (a NIXL pin moved from 1.5.1 to 1.4.1 once, and
+    the old directory would have kept shipping the plugin that does not load)."""
+    resolved = set(manifest.get("resolved") or [])
+    return manifest.get("glibc", "2.36") == recipe.glibc and \
+        all(pin in resolved for pin in pins(recipe))
+
+
 def build(recipe: Recipe, root: Path) -> Path:
     """root/<recipe.name>/ with the wheels, requirements.lock and manifest.json; reused when
-    its manifest matches (building again downloads only what is missing)."""
+    its manifest shows the recipe's current pins, built again from empty otherwise."""
     target = root / recipe.name
     manifest = target / MANIFEST_NAME
     if manifest.exists():
-        return target
+        try:
+            recorded = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        if isinstance(recorded, dict) and reusable(recorded, recipe):
+            return target
+        shutil.rmtree(target)  # stale pins: no old wheel may stay beside the new ones
     target.mkdir(parents=True, exist_ok=True)
     resolve, no_deps = requirements(recipe, target)
     _pip(["download", "-q", "-d", str(target), *_target_args(recipe), *resolve])
@@ -179,7 +204,7 @@ def build(recipe: Recipe, root: Path) -> Path:
     manifest.write_text(json.dumps({
         "accelerator": recipe.accelerator, "vllm_version": recipe.vllm_version,
         "lmcache_version": recipe.lmcache_version, "python_version": recipe.python_version,
-        "nixl": recipe.nixl,
+        "nixl": recipe.nixl, "glibc": recipe.glibc,
         "resolved": resolve, "installed_without_deps": no_deps, "lock_sha256": lock_sha,
         "wheels": len(list(target.glob("*.whl")))}, indent=2) + "\n")
     return target

@@ -14,6 +14,7 @@ from deploy_kit.bench import storage_chart
 from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
 from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
+from deploy_kit.plan.breakeven import losing_contexts
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.transport.hosts import run_on
 
@@ -59,6 +60,8 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     result["name"] = host_header
     result["model"] = model.model
     result["measured_from"] = client.name if client else "controller"
+    result["breakeven"] = breakeven_verdict(plan.serving_groups, result["results"],
+                                            client.name if client else None)
     result["other_tools"] = {tool: ("installed; not run by deploykit yet" if shutil.which(tool)
                                     else "not installed") for tool in ("elbencho", "warp")}
     out.mkdir(parents=True, exist_ok=True)
@@ -68,6 +71,34 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     storage_chart.plot(result, out / "storage.png")
     result["files"] = [str(out / "storage.json"), str(out / "storage.png")]
     return result
+
+
+def breakeven_verdict(groups: list[Any], rows: list[dict[str, Any]],
+                      host: str | None) -> dict[str, Any] | None:
+    """The best awscrt GET throughput through the S3 name (LMCache's client and path)
+    against the break-even bandwidth of the measured host's serving group (`plan`)."""
+    gets = [r["gb_per_s"] for r in rows if r.get("op") == "GET" and r.get("client") == "awscrt"]
+    group = next((g for g in groups if host in g.hosts), groups[0] if groups else None)
+    if not gets or group is None:
+        return None
+    measured_gbps = max(gets) * 8
+    return {"model": group.model, "device": group.device, "measured_gbps": measured_gbps,
+            "breakeven_gbps": {r.context_tokens: r.breakeven_storage_gbps for r in group.rows},
+            "losing_contexts": losing_contexts(group, measured_gbps)}
+
+
+def breakeven_line(verdict: dict[str, Any] | None) -> str | None:
+    if verdict is None:
+        return None
+    where = f"{verdict['model']} on {verdict['device']}"
+    if not verdict["losing_contexts"]:
+        return (f"remote KV beats recompute at every planned context length for {where} "
+                f"(GET {verdict['measured_gbps']:.1f} Gbit/s)")
+    lengths = ", ".join(f"{t // 1024}K" for t in verdict["losing_contexts"])
+    first = verdict["losing_contexts"][0]
+    return (f"WARN: remote KV loses to recompute at {lengths} tokens for {where}: GET "
+            f"{verdict['measured_gbps']:.1f} Gbit/s per host, break-even at {first // 1024}K "
+            f"is {verdict['breakeven_gbps'][first]:.1f} Gbit/s (`deploykit plan`)")
 
 
 def describe(result: dict[str, Any]) -> list[str]:
@@ -84,6 +115,9 @@ def describe(result: dict[str, Any]) -> list[str]:
                      f"{r['gb_per_s']:6.3f} GB/s "
                      f"{r['ops_per_s']:7.1f} op/s p50 {r['p50_ms']:7.1f} ms p99 "
                      f"{r['p99_ms']:7.1f} ms{extra} conns[{spread}]")
+    verdict = breakeven_line(result.get("breakeven"))
+    if verdict:
+        lines.append(verdict)
     lines.append("other tools: " + ", ".join(f"{k} {v}" for k, v in
                                              result["other_tools"].items()))
     return lines

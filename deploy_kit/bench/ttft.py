@@ -221,10 +221,11 @@ class SiteTier:
                                  hint=f"systemctl status vllm lmcache-server on {target.name}")
 
     def objects(self) -> set[str]:
+        from deploy_kit.cache.keys import listed_under
         from deploy_kit.cache.store import list_objects
 
         return {o.key for prefix in self.prefixes for o in list_objects(self.bucket, prefix)
-                if o.modified >= self.since}
+                if o.modified >= self.since and listed_under(o.key, prefix)}
 
     def purge(self, keys: set[str]) -> int:
         from concurrent.futures import ThreadPoolExecutor

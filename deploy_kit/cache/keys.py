@@ -8,6 +8,11 @@ Two layouts share a bucket, one per topology (LMCache 0.5.6):
   `_object_key_to_string`): `<model as served>@<kv rank, 8 hex>@<object group hex>@<chunk
   hash hex>[@<cache salt>]`, no dtype; the kv rank packs world size << 24 | global rank << 16
   | local world size << 8 | local rank (`v1/distributed/api.py` ComputeKVRank).
+
+A third comes from the NIXL storage backend in dynamic mode (`lmcache_mode: nixl`,
+`v1/storage_backend/nixl_storage_backend.py` `_format_object_key_url_safe`): the connector's
+name with every `/` and `@` made `_`, then percent-encoded (`%` of a tag becomes `%25`):
+`<model with / as _>_<world size>_<rank>_<chunk hash hex>_<dtype>[_tag%25value…]`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,12 @@ _CONNECTOR_KEY = re.compile(r"^(?P<model>[^@]+)@(?P<world>\d+)@(?P<rank>\d+)"
 _SERVER_KEY = re.compile(r"^(?P<model>[^@]+)@(?P<kv_rank>[0-9a-f]{8})@(?P<group>[0-9a-f]+)"
                          r"@(?P<hash>[0-9a-f]+)(?:@[^@]+)?$")
 SERVER_DTYPE = "-"  # the server's names carry no dtype
+# LMCache's dtype names (lmcache/utils.py TORCH_DTYPE_TO_STR_DTYPE): the NIXL layout has no
+# separator of its own, so the dtype is what anchors it from the right
+_DTYPES = ("half|bfloat16|float|double|int8|uint8|int16|int32|int64|bool|fp8_e4m3fn|"
+           "fp8_e4m3fnuz|fp8_e5m2|fp8_e5m2fnuz")
+_NIXL_KEY = re.compile(rf"^(?P<model>.+?)_(?P<world>\d+)_(?P<rank>\d+)_(?P<hash>-?[0-9a-f]+)"
+                       rf"_(?P<dtype>{_DTYPES})(?:_[^_]+%25.*)?$")
 
 
 @dataclass(frozen=True)
@@ -40,16 +51,31 @@ def parse_key(name: str) -> CacheKey | None:
         kv_rank = int(server["kv_rank"], 16)
         return CacheKey(server["model"], kv_rank >> 24 & 0xFF, kv_rank >> 16 & 0xFF,
                         server["hash"], SERVER_DTYPE)
-    m = _CONNECTOR_KEY.match(name)
+    m = _CONNECTOR_KEY.match(name) or (None if "@" in name else _NIXL_KEY.match(name))
     if not m:
         return None
     return CacheKey(m["model"], int(m["world"]), int(m["rank"]), m["hash"], m["dtype"])
 
 
 def model_prefixes(model: str) -> list[str]:
-    """Key prefixes of every object of a model string, both layouts
-    (`Qwen/Qwen3-8B` → `Qwen_Qwen3-8B@`, `Qwen/Qwen3-8B@`)."""
-    return list(dict.fromkeys([model.replace("/", "_") + "@", model + "@"]))
+    """Key prefixes of every object of a model string, all three layouts
+    (`Qwen/Qwen3-8B` → `Qwen_Qwen3-8B@`, `Qwen/Qwen3-8B@`, NIXL's `Qwen_Qwen3-8B_`)."""
+    flat = model.replace("/", "_")
+    return list(dict.fromkeys([flat + "@", model + "@", flat.replace("@", "_") + "_"]))
+
+
+def listed_under(key: str, prefix: str) -> bool:
+    """Whether an object listed under one of `model_prefixes` is that model's: a NIXL
+    prefix (`Qwen_Qwen3-8B_`) also lists `Qwen_Qwen3-8B_Instruct_…`, which parses to another
+    model; the `@` prefixes end where the model name does."""
+    if prefix.endswith("@"):
+        return True
+    parsed = parse_key(key)
+    return parsed is not None and parsed.model == prefix[:-1]
+
+
+def belongs_to(key: str, model: str) -> bool:
+    return any(key.startswith(p) and listed_under(key, p) for p in model_prefixes(model))
 
 
 @dataclass

@@ -79,10 +79,12 @@ def _tag(e: ET.Element) -> str:
 
 
 def list_model_objects(bucket: Bucket, model: str) -> list[StoredObject]:
-    """Every object of one model string, in either topology's layout."""
-    from deploy_kit.cache.keys import model_prefixes
+    """Every object of one model string, in any of LMCache's layouts (none twice)."""
+    from deploy_kit.cache.keys import listed_under, model_prefixes
 
-    return [o for prefix in model_prefixes(model) for o in list_objects(bucket, prefix)]
+    found = {o.key: o for prefix in model_prefixes(model) for o in list_objects(bucket, prefix)
+             if listed_under(o.key, prefix)}
+    return list(found.values())
 
 
 def list_objects(bucket: Bucket, prefix: str = "") -> list[StoredObject]:

@@ -41,6 +41,24 @@ def show_plan(plan: Plan, console: Console) -> None:
     d = plan.dns
     console.print(f"[bold]DNS[/] {' and '.join(d['names'])} → {d['expected_a_records']} A records "
                   f"({', '.join(d['addresses'])}) from {', '.join(d['servers'])}")
+    for g in plan.serving_groups:
+        table = Table(title=f"Remote KV vs recompute: {g.model} on {g.device} (TP "
+                            f"{g.tensor_parallel}; {g.effective_tflops:g} TFLOPS per device, "
+                            f"{g.tflops_source}; GET {g.storage_gbps:g} Gbit/s per host) "
+                            f"on {', '.join(g.hosts)}", title_justify="left")
+        for col in ("context", "KV bytes", "cold prefill", "storage", "break-even",
+                    "remote hit"):
+            table.add_column(col)
+        for r in g.rows:
+            prefill = "?" if r.predicted_prefill_s is None else f"{r.predicted_prefill_s:.2f} s"
+            breakeven = "?" if r.breakeven_storage_gbps is None else \
+                f"{r.breakeven_storage_gbps:.1f} Gbit/s"
+            wins = "?" if r.remote_wins is None else ("faster" if r.remote_wins else "slower")
+            table.add_row(f"{r.context_tokens // 1024}K", human_bytes(r.kv_bytes), prefill,
+                          f"{r.storage_s:.2f} s", breakeven, wins)
+        console.print(table)
+        if g.note:
+            console.print(f"  {g.note}")
     console.print("[bold]Rollout[/]")
     for i, step in enumerate(plan.rollout, 1):
         serial = f" (serial {step.serial})" if step.serial else ""

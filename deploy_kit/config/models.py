@@ -167,6 +167,9 @@ class HostConfig(BaseModel):
     deploykit_ceph_osd_count: int | None = Field(default=None, ge=1, le=100_000)
     deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0, le=10**15)
     deploykit_address: str | None = None  # defaults to ansible_host
+    # `plan`'s break-even table: the GET throughput one serving host gets from S3, Gbit/s
+    # (measure it with `deploykit bench storage`)
+    deploykit_storage_gbps: float = Field(default=25.0, gt=0, le=100_000)
     # packages-mode gateways need the cluster's identity (`ceph config generate-minimal-conf`)
     deploykit_ceph_fsid: str | None = Field(default=None, pattern=r"^[0-9a-f-]{36}$")
     deploykit_ceph_mon_host: str | None = None
@@ -294,6 +297,11 @@ class HostConfig(BaseModel):
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.33.0"
     vllm_accelerator: Accelerator | None = None
+    # the planner's device (peak FLOPS table in deploy_kit/plan/breakeven.py); None: h100 on
+    # cuda, mi300x on rocm, gaudi3, cpu
+    vllm_accelerator_model: Literal["h100", "h200", "mi300x", "gaudi3", "cpu"] | None = None
+    # measured prefill TFLOPS per device (bench/gpu-prefill.py); replaces peak x efficiency
+    vllm_prefill_tflops: float | None = Field(default=None, gt=0, le=100_000)
     vllm_model: str = "Qwen/Qwen3-32B"
     vllm_model_config: str | None = None  # local HF config.json for geometry
     # where a local model directory (vllm_model: /path on the controller) is staged on hosts

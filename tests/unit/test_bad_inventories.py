@@ -464,6 +464,23 @@ CASES = [
     Case("model-config-absurd-layers", model_config(json_text(
         '{"num_hidden_layers": 1000000000, "num_attention_heads": 8, "hidden_size": 512}')),
          VF, "vllm_model_config", VLLM),
+    # --- monitoring and the planner (issues 21, 22) -------------------------------------
+    Case("monitoring-duration-unit", gv("all", monitoring_hit_ratio_for="15 minutes"), ALLF,
+         "monitoring_hit_ratio_for", ALL_HOSTS),
+    Case("monitoring-ratio-above-one", gv("all", monitoring_hit_ratio_target=1.5), ALLF,
+         "monitoring_hit_ratio_target", ALL_HOSTS),
+    Case("monitoring-mgr-target-no-port", gv("all", monitoring_ceph_mgr_targets=["mgr1"]),
+         ALLF, "monitoring_ceph_mgr_targets", ALL_HOSTS),
+    Case("monitoring-mgr-target-injection", gv("all", monitoring_ceph_mgr_targets=[
+        'a" ]\nrule_files: [x]:9283']), ALLF, "monitoring_ceph_mgr_targets", ALL_HOSTS),
+    Case("monitoring-port-privileged", gv("all", monitoring_prometheus_port=80), ALLF,
+         "monitoring_prometheus_port", ALL_HOSTS),
+    Case("planner-unknown-accelerator-model", gv("vllm", vllm_accelerator_model="a100"), VF,
+         "vllm_accelerator_model", VLLM),
+    Case("planner-zero-bandwidth", gv("vllm", deploykit_storage_gbps=0), VF,
+         "deploykit_storage_gbps", VLLM),
+    Case("planner-tflops-nan", gv("vllm", vllm_prefill_tflops=float("nan")), VF,
+         "vllm_prefill_tflops", VLLM),
 ]
 
 COMMANDS = (("validate", "-i", "{root}"), ("render", "-i", "{root}", "-o", "{out}"))

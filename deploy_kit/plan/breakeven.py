@@ -1,0 +1,97 @@
+"""When does a remote KV hit beat recompute? (pure; issue 21 item 8)
+
+A remote hit only helps when storage delivers a prefix's KV bytes faster than the
+accelerator recomputes them (the seed's lesson). Per serving group (model, parallelism,
+accelerator) and context length this predicts the cold prefill time from the model's FLOPs
+(geometry.prefill_flops: 2 per parameter per token plus causal attention's quadratic term)
+against the device's dense bf16 peak times a stated efficiency, and the **break-even
+bandwidth**: the GET throughput per serving host above which reading the KV is faster than
+computing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deploy_kit.config.models import HostConfig
+from deploy_kit.geometry import ModelGeometry, bytes_per_token, kv_dtype_bytes, prefill_flops
+
+# Dense bf16 peak per device, TFLOPS (no sparsity), from the vendors' datasheets: NVIDIA
+# H100 SXM and H200 (same compute, more memory) 989; AMD Instinct MI300X 1307; Intel Gaudi 3
+# 1835 (its MME, bf16). `cpu` is an order of magnitude for a two-socket AVX-512/AMX server,
+# not a datasheet figure: measure it (bench/gpu-prefill.py) and set vllm_prefill_tflops.
+PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "mi300x": 1307.0, "gaudi3": 1835.0, "cpu": 2.0}
+DEFAULT_DEVICE = {"cuda": "h100", "rocm": "mi300x", "gaudi3": "gaudi3", "cpu": "cpu"}
+# the share of the peak a long prefill reaches (model FLOPs utilisation); stated, not
+# measured here: vllm_prefill_tflops replaces peak x efficiency with a measured figure
+EFFICIENCY = 0.5
+CONTEXTS = (4096, 8192, 16384, 32768, 65536, 131072)
+
+
+@dataclass
+class BreakEvenRow:
+    context_tokens: int
+    kv_bytes: int
+    predicted_prefill_s: float | None
+    storage_s: float  # the KV bytes at the assumed GET bandwidth per serving host
+    breakeven_storage_gbps: float | None  # Gbit/s per serving host; None: no FLOP model
+    remote_wins: bool | None  # at the assumed bandwidth
+
+
+@dataclass
+class ServingGroupPlan:
+    model: str
+    accelerator: str
+    device: str
+    tensor_parallel: int
+    effective_tflops: float  # per device, what the prediction divides by
+    tflops_source: str
+    storage_gbps: float  # the assumed GET bandwidth per serving host
+    hosts: list[str]
+    rows: list[BreakEvenRow] = field(default_factory=list)
+    note: str = ""
+
+
+def device_of(c: HostConfig) -> str:
+    return c.vllm_accelerator_model or DEFAULT_DEVICE[c.vllm_accelerator or "cuda"]
+
+
+def effective_tflops(c: HostConfig) -> tuple[float, str]:
+    if c.vllm_prefill_tflops is not None:
+        return c.vllm_prefill_tflops, "measured (vllm_prefill_tflops)"
+    device = device_of(c)
+    return PEAK_TFLOPS[device] * EFFICIENCY, f"{device} peak {PEAK_TFLOPS[device]:g} x {EFFICIENCY}"
+
+
+def group_plan(model: str, geometry: ModelGeometry, c: HostConfig, hosts: list[str],
+               contexts: tuple[int, ...] = CONTEXTS) -> ServingGroupPlan:
+    """One serving group's rows. Tensor parallelism splits one prefill over TP devices;
+    pipeline stages do not shorten a single prefill, so they are not counted."""
+    tflops, source = effective_tflops(c)
+    per_token = bytes_per_token(geometry, kv_dtype_bytes(geometry, c.vllm_kv_cache_dtype))
+    gbps = c.deploykit_storage_gbps
+    plan = ServingGroupPlan(model=model, accelerator=c.vllm_accelerator or "cuda",
+                            device=device_of(c), tensor_parallel=c.vllm_tensor_parallel_size,
+                            effective_tflops=tflops, tflops_source=source, storage_gbps=gbps,
+                            hosts=sorted(hosts))
+    for tokens in contexts:
+        kv = per_token * tokens
+        storage_s = kv * 8 / (gbps * 1e9)
+        flops = prefill_flops(geometry, tokens)
+        if flops is None:
+            plan.rows.append(BreakEvenRow(tokens, kv, None, storage_s, None, None))
+            continue
+        prefill_s = flops / (tflops * 1e12 * c.vllm_tensor_parallel_size)
+        breakeven = kv * 8 / prefill_s / 1e9
+        plan.rows.append(BreakEvenRow(tokens, kv, prefill_s, storage_s, breakeven,
+                                      storage_s < prefill_s))
+    if any(r.predicted_prefill_s is None for r in plan.rows):
+        plan.note = ("no FLOP model for this geometry (its config.json lacks hidden_size or "
+                     "intermediate_size, or it is MLA): prefill time not predicted")
+    return plan
+
+
+def losing_contexts(group: ServingGroupPlan, measured_gbps: float) -> list[int]:
+    """The context lengths at which a host reading at `measured_gbps` loses to recompute."""
+    return [r.context_tokens for r in group.rows
+            if r.breakeven_storage_gbps is not None and measured_gbps < r.breakeven_storage_gbps]
