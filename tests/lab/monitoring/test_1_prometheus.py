@@ -22,7 +22,8 @@ from tests.lab.vllm_http import SERVING, complete, wait_healthy
 
 pytestmark = pytest.mark.lab
 
-PROMETHEUS = "http://10.99.0.10:9090"  # lab1, the monitoring profile's monitoring host
+PROMETHEUS = "http://10.99.0.11:9090"  # lab1, the monitoring profile's monitoring host
+LAB2 = "10.99.0.12"  # the second gateway, whose concentrator the alert test stops
 SCRAPE_S = 5  # the profile's monitoring_scrape_interval (also the evaluation interval)
 
 
@@ -102,7 +103,7 @@ def test_a_stopped_concentrator_fires_its_alert_in_time(converged: Lab) -> None:
     site = open_site(str(REPO / "inventory" / "lab"))
     rule = next(a for a in monitoring.alerts(site) if a.name == "DeploykitConcentratorDown")
     bound = rule_seconds(rule.for_) + 2 * SCRAPE_S + 10  # for + scrape + evaluation + slack
-    converged.ssh("10.99.0.11", "systemctl stop haproxy")
+    converged.ssh(LAB2, "systemctl stop haproxy")
     stopped = time.monotonic()
     try:
         while True:
@@ -118,7 +119,7 @@ def test_a_stopped_concentrator_fires_its_alert_in_time(converged: Lab) -> None:
         assert firing[0]["annotations"]["verify_check"] == "s3-concentrator-reachable"
         assert elapsed <= bound, elapsed
     finally:
-        converged.ssh("10.99.0.11", "systemctl start haproxy")
+        converged.ssh(LAB2, "systemctl start haproxy")
     deadline = time.monotonic() + 120  # back in DNS before the next test
     while float(query(f'min(probe_dns_answer_rrs{{job="{monitoring.DNS_ANSWERS}"}})')[0]
                 ["value"][1]) < 2:
