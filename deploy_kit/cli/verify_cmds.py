@@ -34,11 +34,12 @@ def unwritable(path: Path) -> str | None:
 
 def _verify(site_name: str, vault_password_file: Path | None, requested: list[str] | None,
             as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
-            roundtrip: bool = False, roundtrip_store: str | None = None) -> None:
+            roundtrip: bool = False, roundtrip_store: str | None = None,
+            storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
     from deploy_kit.verify import report
-    from deploy_kit.verify.gather import gather
+    from deploy_kit.verify.gather import gather, storage_measurement
     from deploy_kit.verify.model import CHECKS, Status, evaluate
     from deploy_kit.verify.selection import SelectionError, check_ids, limited_hosts
 
@@ -56,6 +57,7 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
                                     if not h.groups & {"vllm"}})
     with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
         observation = gather(site)
+    observation.storage = storage_measurement(storage_result, site.name)
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
         from deploy_kit.plugins import roundtrip_driver
@@ -98,10 +100,15 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
                "--roundtrip-store", help="round trip through this store with each host's "
                                          "settings instead of the one it runs (nixl: "
                                          "NIXL's OBJ plugin; needs lmcache[nixl] there)")
-           ] = None) -> None:
+           ] = None,
+           storage_result: Annotated[Path, typer.Option(
+               "--storage-result", help="the `bench storage` result the break-even check "
+                                        "compares with")] = Path(
+               "runs/bench-storage/storage.json")) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
     _verify(inventory, vault_password_file, check, as_json, junit,
-            verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None)
+            verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
+            storage_result)
 
 
 def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom")],

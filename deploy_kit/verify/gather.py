@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
@@ -14,7 +15,13 @@ from deploy_kit.render import tls
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.hosts import run_many
 from deploy_kit.transport.sigv4 import Credentials
-from deploy_kit.verify.model import ConsulView, Observation, S3Probe, ServingPlan
+from deploy_kit.verify.model import (
+    ConsulView,
+    Observation,
+    S3Probe,
+    ServingPlan,
+    StorageMeasurement,
+)
 from deploy_kit.verify.probes import (
     cache_probe,
     ceph_probe,
@@ -139,6 +146,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
              for h in consul_servers]
         shell_job = pool.submit(run_many, site, shell_jobs, ceph_probe.TIMEOUT)
         site_plan = build_plan(site) if serving else None
+        obs.serving_groups = site_plan.serving_groups if site_plan else []
         cache_job = pool.submit(cache_probe.probe, site.group("vllm"))
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
@@ -206,3 +214,19 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
                          port, region, good, size, i == 0, context)
              for i, a in enumerate(healthy)]
     return results + [t.result() for t in trips]
+
+
+def storage_measurement(path: Path, site_name: str) -> StorageMeasurement | None:
+    """The site's last `bench storage` result at `path`, or None (absent, another site's,
+    unreadable, or without an awscrt GET through the name)."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("site") != site_name or not doc.get("breakeven"):
+            return None
+        return StorageMeasurement(str(doc["measured_from"]),
+                                  float(doc["breakeven"]["measured_gbps"]),
+                                  str(doc.get("generated", "?")), str(path))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

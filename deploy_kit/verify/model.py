@@ -239,6 +239,17 @@ class RemoteRead:
     second_external: int | None = None
 
 
+@dataclass(frozen=True)
+class StorageMeasurement:
+    """The GET throughput `deploykit bench storage` measured through the S3 name with
+    LMCache's client (awscrt), from one serving host, and when."""
+
+    measured_from: str
+    measured_gbps: float  # Gbit/s
+    generated: str
+    source: str  # the result file
+
+
 @dataclass
 class Observation:
     """Everything the probes saw, plus what the inventory planned."""
@@ -268,6 +279,9 @@ class Observation:
     remote_alone: dict[str, str] = field(default_factory=dict)  # host -> why it has no pair
     tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> Ansible's reason
+    # `plan`'s break-even per serving group, and the last bench storage measurement
+    serving_groups: list[Any] = field(default_factory=list)  # plan.breakeven groups
+    storage: StorageMeasurement | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ from collections.abc import Callable
 import pytest
 
 import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+from deploy_kit.config.models import HostConfig
+from deploy_kit.geometry import find_preset
+from deploy_kit.plan.breakeven import group_plan
 from deploy_kit.verify.model import (
     CHECKS,
     Concentrator,
@@ -19,6 +22,7 @@ from deploy_kit.verify.model import (
     ServingHost,
     ServingPlan,
     ShmSegment,
+    StorageMeasurement,
     Status,
     TlsEndpoint,
     UnitState,
@@ -100,6 +104,12 @@ def healthy() -> Observation:
     obs.remote = remote_ring()
     for host in obs.serving:
         host.s3_log = []
+    geometry = find_preset("Qwen/Qwen3-8B")
+    assert geometry is not None
+    obs.serving_groups = [group_plan("Qwen/Qwen3-8B", geometry,
+                                     HostConfig(vllm_accelerator="cuda"), ["gpu1"])]
+    obs.storage = StorageMeasurement("gpu1", 400.0, "2026-12-05T08:00:00+00:00",
+                                     "runs/bench-storage/storage.json")
     obs.tls = [TlsEndpoint(a, 443, "lmcache.s3.t.test", dns_sans=["s3.t.test", "*.s3.t.test"],
                            ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
                            issuer="CN=deploykit CA t") for a in RGW]
@@ -283,7 +293,22 @@ WARNINGS = [
     ("dev-shm-capacity", _stale_segment, "1 stale /dev/shm segment(s) hold 2.00 GiB with no "
      "owning vLLM process: lmcache_kv_4242_0"),
     ("s3-tls-certificate", lambda o: setattr(o.tls[0], "days_left", 12.2), "expires in 12 days"),
+    ("storage-breakeven", lambda o: setattr(o, "storage", StorageMeasurement(
+        "gpu1", 20.0, "2026-12-05T08:00:00+00:00", "storage.json")),
+     "GET 20.0 Gbit/s measured from gpu1 at 2026-12-05T08:00:00+00:00: remote KV loses to "
+     "recompute at 4K, 8K, 16K, 32K tokens (break-even at 4K: 38.6 Gbit/s)"),
 ]
+
+
+def test_breakeven_skips_without_a_measurement_and_passes_above_it() -> None:
+    obs = healthy()
+    passed = evaluate(obs, {"storage-breakeven"})
+    assert [f.status for f in passed] == [Status.PASS]
+    assert "beats recompute at every planned context length" in passed[0].message
+    obs.storage = None
+    skipped = evaluate(obs, {"storage-breakeven"})
+    assert [f.status for f in skipped] == [Status.SKIP]
+    assert "bench storage" in skipped[0].hint
 
 
 @pytest.mark.parametrize(("check_id", "breaks", "target", "text"), CASES,

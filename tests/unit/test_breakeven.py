@@ -124,3 +124,18 @@ def test_bench_storage_says_where_remote_loses() -> None:
                              "gpu1")
     assert "beats recompute at every" in (breakeven_line(fast) or "")
     assert breakeven_verdict([group], [], "gpu1") is None
+
+
+def test_verify_reads_only_this_sites_bench_storage_result(tmp_path: Path) -> None:
+    from deploy_kit.envelope import dumps
+    from deploy_kit.verify.gather import storage_measurement
+
+    path = tmp_path / "storage.json"
+    assert storage_measurement(path, "lab") is None  # no measurement yet
+    path.write_text(dumps("bench-storage", 1, "lab", {
+        "measured_from": "lab3", "breakeven": {"measured_gbps": 3.5, "losing_contexts": []}}))
+    found = storage_measurement(path, "lab")
+    assert found is not None and (found.measured_from, found.measured_gbps) == ("lab3", 3.5)
+    assert storage_measurement(path, "prod") is None  # another site's figure says nothing
+    path.write_text("{not json")
+    assert storage_measurement(path, "lab") is None

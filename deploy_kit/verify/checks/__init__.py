@@ -1,6 +1,7 @@
 """Importing this package registers every check (one module per area)."""
 
 from deploy_kit.verify.checks import (  # noqa: F401
+    breakeven,
     cache_hits,
     ceph,
     consul,
