@@ -163,7 +163,7 @@ class HostConfig(BaseModel):
     deploykit_s3_secret_key: SecretStr | None = None
     deploykit_dns_mode: Literal["consul", "static"] = "consul"
     deploykit_dns_ttl: int = Field(default=5, ge=0, le=3600)
-    deploykit_ceph_version: str = "19.2.3"
+    deploykit_ceph_version: str = "20.2.4"  # newest compat.yaml `verified` release
     deploykit_ceph_osd_count: int | None = Field(default=None, ge=1, le=100_000)
     deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0, le=10**15)
     deploykit_address: str | None = None  # defaults to ansible_host
@@ -295,7 +295,7 @@ class HostConfig(BaseModel):
     lmcache_server_mq_timeout: int = Field(default=120, ge=1, le=86400)
 
     # --- vllm -------------------------------------------------------------------------
-    vllm_version: str = "0.33.0"
+    vllm_version: str = "0.34.0"  # newest compat.yaml row (checked against its wheel)
     vllm_accelerator: Accelerator | None = None
     # the planner's device (peak FLOPS table in deploy_kit/plan/breakeven.py); None: h100 on
     # cuda, mi300x on rocm, gaudi3, cpu
