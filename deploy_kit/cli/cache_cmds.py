@@ -77,3 +77,8 @@ def cache_purge(inventory: InventoryOpt,
     console().print(f"deleted {deleted} of {len(objects)} objects of {model}")
     if deleted != len(objects):
         raise DeployKitError(f"{len(objects) - deleted} objects could not be deleted")
+    # LMCache 0.5.6 remembers every object's size for the life of its process (PR #4745)
+    console().print(f"running LMCache servers still believe these objects exist: their next "
+                    f"hits on them 404 and recompute until they restart; `deploykit up -i "
+                    f"{inventory} --restart-serving` restarts them one host at a time",
+                    markup=False, soft_wrap=True)

@@ -162,12 +162,19 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
        tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
        diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
        verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
-       ask_vault_pass: AskVaultOpt = False) -> None:
+       ask_vault_pass: AskVaultOpt = False,
+       restart_serving: Annotated[bool, typer.Option(
+           "--restart-serving", help="restart every running LMCache server and vLLM, one "
+                                     "host at a time behind the health gate, even when "
+                                     "nothing changed (after `cache purge` or lifecycle "
+                                     "expiry: LMCache forgets the objects it believed in "
+                                     "S3)")] = False) -> None:
     """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM."""
     options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
                                 diff=diff, extra_vars=extra_vars, print_command=print_command,
                                 verbose=verbose, become=become, forks=forks)
     run_playbook("up", "site.yml", inventory, vault_password_file, options,
+                 {"deploykit_restart_serving": True} if restart_serving else None,
                  ask_vault_pass=ask_vault_pass)
 
 

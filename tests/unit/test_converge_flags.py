@@ -87,3 +87,17 @@ def test_known_tags_are_the_tags_ansible_lists() -> None:
 def test_version_flag() -> None:
     result = run_cli("--version")
     assert result.returncode == 0 and result.stdout.startswith("deploykit ")
+
+
+def test_restart_serving_reaches_the_play_as_a_run_var(make_inventory: InventoryFactory,
+                                                       tmp_path: Path) -> None:
+    """Issue 21 item 5: after `cache purge`, `up --restart-serving` makes every running
+    LMCache forget the objects it believed in S3 (the lmcache role's heal task reads it)."""
+    root = str(make_inventory())
+    words = _printed("up", "-i", root, "--restart-serving", runs=tmp_path / "runs")
+    extra = [json.loads(words[i + 1]) for i, w in enumerate(words) if w == "-e"]
+    assert extra[0]["deploykit_restart_serving"] is True
+    plain = _printed("up", "-i", root, runs=tmp_path / "runs2")
+    assert "deploykit_restart_serving" not in json.loads(plain[plain.index("-e") + 1])
+    heal = (REPO / "roles" / "lmcache" / "tasks" / "heal.yml").read_text()
+    assert "deploykit_restart_serving | default(false) | bool" in heal
