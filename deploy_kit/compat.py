@@ -30,6 +30,7 @@ class LMCacheCompat:
     s3_shm_files_per_worker: int
     nixl_storage: bool
     nixl_packages: tuple[str, ...] = ()  # what `nixl` mode installs beside LMCache
+    server_metrics: bool = False  # `lmcache server` serves Prometheus on --prometheus-port
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def lmcache(version: str) -> LMCacheCompat:
         s3_shm_files_per_worker=int(e["s3_shm_files_per_worker"]),
         nixl_storage=bool(e["nixl_storage"]),
         nixl_packages=tuple(e.get("nixl_packages", ())),
+        server_metrics=bool(e.get("server_metrics", False)),
     )
 
 

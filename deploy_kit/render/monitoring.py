@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render.consul import consul_scrapable
@@ -99,7 +100,7 @@ def scrape_targets(site: Site) -> Targets:
         c = host.config
         if "vllm" in host.groups:
             add(VLLM, host, "vllm", c.vllm_port, **_serving_labels(c))
-            if c.lmcache_topology == "server":
+            if c.lmcache_topology == "server" and _server_metrics(c):
                 add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
             add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))
         if "dns" in host.groups:
@@ -115,6 +116,10 @@ def scrape_targets(site: Site) -> Targets:
     elif not groups[CONSUL]:
         omitted[CONSUL] = ("Consul's HTTP API, which serves its metrics, listens on loopback "
                            "(consul_http_address) or needs an ACL token with agent:read")
+    servers = [h for h in site.group("vllm") if h.config.lmcache_topology == "server"]
+    if servers and not groups[LMCACHE]:
+        omitted[LMCACHE] = (f"LMCache {servers[0].config.lmcache_version}'s `lmcache server` "
+                            "serves no metrics (compat.yaml server_metrics)")
     if not s.monitoring_ceph_mgr_prometheus:
         omitted[CEPH] = "monitoring_ceph_mgr_prometheus is false"
     elif s.monitoring_ceph_mgr_targets:
@@ -128,6 +133,13 @@ def scrape_targets(site: Site) -> Targets:
         if not groups[job.name] and job.name not in omitted:
             omitted[job.name] = "no host in the inventory runs it"
     return Targets({k: v for k, v in groups.items() if v}, omitted)
+
+
+def _server_metrics(c: HostConfig) -> bool:
+    try:
+        return compat.lmcache(c.lmcache_version).server_metrics
+    except ValueError:
+        return False
 
 
 def gateway_count(site: Site) -> int:

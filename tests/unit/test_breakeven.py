@@ -139,3 +139,27 @@ def test_verify_reads_only_this_sites_bench_storage_result(tmp_path: Path) -> No
     assert storage_measurement(path, "prod") is None  # another site's figure says nothing
     path.write_text("{not json")
     assert storage_measurement(path, "lab") is None
+
+
+def _gpu_prefill_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_prefill", REPO / "bench" / "gpu-prefill.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_calibration_script_counts_flops_as_the_planner_does() -> None:
+    """bench/gpu-prefill.py runs without deploykit on a GPU host: its FLOP count must be
+    the planner's, or its TFLOPS would not mean what vllm_prefill_tflops means."""
+    script = _gpu_prefill_module()
+    assert QWEN32 is not None
+    for tokens in (4096, 131072):
+        assert script.prefill_flops(64, 5120, 64, 8, 128, 25600, tokens) == \
+            pytest.approx(prefill_flops(QWEN32, tokens))
+    with pytest.raises(SystemExit) as refused:  # before torch is imported
+        script.main(["--layers", "2", "--hidden", "64", "--heads", "6", "--kv-heads", "4",
+                     "--head-dim", "8", "--intermediate", "128"])
+    assert refused.value.code == 2

@@ -62,12 +62,28 @@ def test_targets_per_job_with_host_group_model_accelerator(make_inventory: Inven
     assert "loopback" in found.omitted[monitoring.CONSUL]
 
 
+def test_an_lmcache_that_serves_metrics_gets_its_job(make_inventory: InventoryFactory,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from deploy_kit import compat
+
+    real = compat.lmcache
+    monkeypatch.setattr(compat, "lmcache", lambda v: dataclasses.replace(
+        real(v), server_metrics=True))
+    found = monitoring.scrape_targets(site_of(make_inventory, lmcache_topology="server"))
+    assert labels_by_host(found.groups[monitoring.LMCACHE])["gpu1"]["targets"] == \
+        ["10.0.1.1:6557"]
+
+
 def test_consul_and_lmcache_jobs_follow_the_settings(make_inventory: InventoryFactory) -> None:
     opened = monitoring.scrape_targets(site_of(make_inventory, consul_http_address="0.0.0.0",
                                                lmcache_topology="server"))
     assert sorted(labels_by_host(opened.groups[monitoring.CONSUL])) == ["c1", "rgw1", "rgw2"]
-    assert labels_by_host(opened.groups[monitoring.LMCACHE])["gpu1"]["targets"] == \
-        ["10.0.1.1:6557"]
+    # LMCache 0.5.6's `lmcache server` serves no metrics (compat.yaml server_metrics): no
+    # target that could only ever be down, and the rendered config says why
+    assert monitoring.LMCACHE not in opened.groups
+    assert "serves no metrics" in opened.omitted[monitoring.LMCACHE]
     # under ACLs /v1/agent/metrics needs a token deploykit does not give Prometheus
     assert not consul_scrapable(HostConfig(consul_http_address="0.0.0.0",
                                                       consul_acl_enabled=True))

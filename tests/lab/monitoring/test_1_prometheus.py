@@ -50,8 +50,9 @@ def rendered_jobs(lab: Lab, tmp_path: Path) -> set[str]:
 
 def test_every_rendered_job_is_scraped_and_up(converged: Lab, tmp_path: Path) -> None:
     jobs = rendered_jobs(converged, tmp_path)
-    # the profile opens Consul's API and runs the LMCache server: every job has targets
-    assert jobs == {job.name for job in monitoring.JOBS}, jobs
+    # the profile opens Consul's API: every job has targets but LMCache 0.5.6's server,
+    # which serves no metrics (compat.yaml server_metrics; this lab found its port closed)
+    assert jobs == {job.name for job in monitoring.JOBS} - {monitoring.LMCACHE}, jobs
     deadline = time.monotonic() + 120
     while True:
         active = api("targets", state="active")["activeTargets"]
@@ -65,8 +66,7 @@ def test_every_rendered_job_is_scraped_and_up(converged: Lab, tmp_path: Path) ->
     by_job: dict[str, set[str]] = {}
     for job, host in health:
         by_job.setdefault(job, set()).add(host)
-    assert by_job[monitoring.VLLM] == by_job[monitoring.LMCACHE] == by_job[monitoring.NODE] \
-        == {"lab3", "lab4"}
+    assert by_job[monitoring.VLLM] == by_job[monitoring.NODE] == {"lab3", "lab4"}
     assert by_job[monitoring.HAPROXY] == by_job[monitoring.COREDNS] == {"lab1", "lab2"}
     # the DNS probe counts one answer per concentrator on every DNS server
     answers = {r["metric"]["host"]: float(r["value"][1])
@@ -79,23 +79,25 @@ def test_every_rendered_job_is_scraped_and_up(converged: Lab, tmp_path: Path) ->
 
 def test_a_cross_host_hit_moves_the_remote_hit_series(converged: Lab) -> None:
     """A fresh prompt on lab3 (stored to S3 by its LMCache server), then on lab4, whose DRAM
-    never saw it: lab4's hit can only come from the remote tier (L2), and Prometheus sees it
-    in vLLM's external counters and in LMCache's L2 counter."""
+    never saw it (and vLLM's own prefix cache is off in the lab): lab4's external hit can
+    only come from the remote tier, and Prometheus sees it in lab4's series."""
     for address in SERVING.values():
         wait_healthy(address)
     tokens = [random.Random(time.time_ns()).randrange(1000, 30000) for _ in range(768)]
+    before = query('sum(vllm:external_prefix_cache_hits_total{host="lab4"})')
+    start = float(before[0]["value"][1]) if before else 0.0
     complete(SERVING["lab3"], tokens)
     time.sleep(3)  # the store to S3 is asynchronous
-    complete(SERVING["lab4"], tokens)
+    answer = complete(SERVING["lab4"], tokens)
+    assert answer["choices"], answer
     deadline = time.monotonic() + 60
     while True:
-        hits = query('deploykit:vllm_external_hit_tokens:increase1h{host="lab4"}')
-        l2 = query(f'increase(lmcache_mp_lookup_hit_l2_tokens_total{{job="{monitoring.LMCACHE}",'
-                   'host="lab4"}[10m])')
-        if hits and float(hits[0]["value"][1]) > 0 and l2 and \
-                sum(float(r["value"][1]) for r in l2) > 0:
+        now = query('sum(vllm:external_prefix_cache_hits_total{host="lab4"})')
+        ratio = query('deploykit:vllm_external_hit_ratio:rate5m{host="lab4"}')
+        if now and float(now[0]["value"][1]) - start >= 512 and ratio and \
+                float(ratio[0]["value"][1]) > 0:
             break
-        assert time.monotonic() < deadline, (hits, l2)
+        assert time.monotonic() < deadline, (start, now, ratio)
         time.sleep(SCRAPE_S)
 
 
