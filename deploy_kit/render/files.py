@@ -86,6 +86,8 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
         if site.group("monitoring") and c.monitoring_node_exporter_install:
             files[monitoring.NODE_EXPORTER_DEFAULTS_PATH] = RenderedFile(
                 monitoring.render_node_exporter_defaults(host, names.HEADER))
+            files |= {path: RenderedFile(text, mode=mode) for path, (text, mode) in
+                      monitoring.render_s3_events(host).items()}
     if "monitoring" in host.groups:
         files |= monitoring_host_files(site)
     return files

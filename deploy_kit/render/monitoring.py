@@ -38,6 +38,11 @@ PROMETHEUS_DEFAULTS_PATH = "/etc/default/prometheus"
 BLACKBOX_DEFAULTS_PATH = "/etc/default/prometheus-blackbox-exporter"
 ALERTMANAGER_DEFAULTS_PATH = "/etc/default/prometheus-alertmanager"
 NODE_EXPORTER_DEFAULTS_PATH = "/etc/default/prometheus-node-exporter"
+# Debian's node exporter reads *.prom files here (textfile collector)
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
+S3_EVENTS_UNIT = "/etc/systemd/system/deploykit-lmcache-s3-events.service"
+S3_EVENTS_TIMER = "/etc/systemd/system/deploykit-lmcache-s3-events.timer"
 
 DNS_PROBE_MODULE = "deploykit_s3_name"
 CEPH_MGR_PORT = 9283  # the mgr `prometheus` module's default
@@ -221,28 +226,29 @@ def alerts(site: Site) -> list[Alert]:
             [(_series("vllm:external_prefix_cache_queries_total", **vllm), f"0+1000x{minutes}"),
              (_series("vllm:external_prefix_cache_hits_total", **vllm), f"0+{high}x{minutes}")],
             minutes))
-    lm = {"job": LMCACHE, "instance": "10.0.0.30:6557", "host": "serve1"}
+    events = {"job": NODE, "instance": "10.0.0.30:9100", "host": "serve1",
+              "unit": "lmcache-server"}
+
+    def lines(kind: str, values: str) -> tuple[str, str]:
+        return _series("deploykit_lmcache_s3_log_lines", **events, kind=kind), values
+
     found.append(Alert(
-        "DeploykitLMCacheRemoteErrors",
-        f'sum by (host) (increase(lmcache_mp_l2_prefetch_failure_chunks_total{{job="{LMCACHE}"}}'
-        "[10m])) > 0 or (sum by (host) (increase(lmcache_mp_l2_store_submitted_requests_total"
-        f'{{job="{LMCACHE}"}}[10m])) - sum by (host) (increase('
-        f'lmcache_mp_l2_store_completed_requests_total{{job="{LMCACHE}"}}[10m]))) / sum by '
-        f'(host) (increase(lmcache_mp_l2_store_submitted_requests_total{{job="{LMCACHE}"}}'
-        "[10m])) > 0.1",
-        "10m", "warning",
-        "{{ $labels.host }}: LMCache's remote tier fails stores or loads",
-        "The LMCache server's S3 stores do not complete or objects it expected in S3 fail to "
-        "load: the footprint of a gateway outage, before LMCache's breaker turns S3 off for "
-        "good (it never resets until the process restarts; `deploykit up` restarts it).",
-        "lmcache-s3-breaker", "S3 disabled after connection failures", {"host": "serve1"},
-        [(_series("lmcache_mp_l2_store_submitted_requests_total", **lm), "0+10x30"),
-         (_series("lmcache_mp_l2_store_completed_requests_total", **lm), "0+10x5 50x25"),
-         (_series("lmcache_mp_l2_prefetch_failure_chunks_total", **lm), "0x30")],
-        [(_series("lmcache_mp_l2_store_submitted_requests_total", **lm), "0+10x30"),
-         (_series("lmcache_mp_l2_store_completed_requests_total", **lm), "0+10x30"),
-         (_series("lmcache_mp_l2_prefetch_failure_chunks_total", **lm), "0x30")],
-        30))
+        "DeploykitLMCacheS3Trouble",
+        f'max by (host, unit) (deploykit_lmcache_s3_log_lines{{job="{NODE}",kind="breaker"}}) > 0 '
+        f'or max by (host, unit) (delta(deploykit_lmcache_s3_log_lines{{job="{NODE}",'
+        'kind=~"store|connection"}[10m])) > 0',
+        "1m", "warning",
+        "{{ $labels.host }}: LMCache ({{ $labels.unit }}) reports S3 trouble",
+        "LMCache's journal on this host shows S3 connection errors or lost uploads in the last "
+        "10 minutes, or its breaker turned S3 off (it never turns it back on until the "
+        "process restarts; `deploykit up` restarts it). Counted from the journal by "
+        "deploykit-lmcache-s3-events.timer: LMCache 0.5.6 exports no metric for it.",
+        "lmcache-s3-breaker", "S3 disabled after connection failures",
+        {"host": "serve1", "unit": "lmcache-server"},
+        [lines("breaker", "0x5 1x10"), lines("connection", "0x2 1 2 3x12"),
+         lines("store", "0x15")],
+        [lines("breaker", "0x15"), lines("connection", "2x15"), lines("store", "0x15")],
+        10))
     found.append(Alert(
         "DeploykitExternalHitsStopped",
         f'sum by (host) (rate(vllm:external_prefix_cache_hits_total{{job="{VLLM}"}}[15m])) == 0 '
@@ -463,7 +469,29 @@ def render_defaults(site: Site, header: str) -> dict[str, str]:
 
 
 def render_node_exporter_defaults(host: Host, header: str) -> str:
-    return _args(header, f"--web.listen-address=:{host.config.monitoring_node_exporter_port}")
+    return _args(header, f"--web.listen-address=:{host.config.monitoring_node_exporter_port}",
+                 f"--collector.textfile.directory={TEXTFILE_DIR}")
+
+
+def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
+    """path -> (text, mode): the journal counter of LMCache's S3 trouble and its timer. The
+    patterns are verify's (verify.model.S3_LOG_PATTERNS), so alert and check agree."""
+    from deploy_kit.render.templating import render_template
+    from deploy_kit.verify.model import S3_LOG_PATTERNS
+
+    c = host.config
+    units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]
+    interval = f"{min(30, _seconds(c.monitoring_scrape_interval) * 2)}s"
+    return {
+        S3_EVENTS_SCRIPT: (render_template("lmcache-s3-events.py.j2", patterns=S3_LOG_PATTERNS,
+                                           units=units, textfile_dir=TEXTFILE_DIR,
+                                           state="/var/lib/deploykit/lmcache-s3-events.json",
+                                           lmcache_version=c.lmcache_version), 0o755),
+        S3_EVENTS_UNIT: (render_template("lmcache-s3-events.service.j2",
+                                         script=S3_EVENTS_SCRIPT), 0o644),
+        S3_EVENTS_TIMER: (render_template("lmcache-s3-events.timer.j2", interval=interval),
+                          0o644),
+    }
 
 
 def render_targets(site: Site) -> dict[str, str]:

@@ -237,3 +237,62 @@ def test_monitoring_host_gets_prometheus_with_absolute_paths(make_inventory: Inv
     (root / "local.yml").write_text(text.replace("/etc/prometheus", str(root / "etc/prometheus")))
     result = promtool("check", "config", "local.yml", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+cat "$FAKE_DIR/invocation"
+"""
+# journalctl -o cat --show-cursor [--after-cursor N]: the journal file's lines after line N
+FAKE_JOURNALCTL = """#!/usr/bin/python3
+import os, sys
+lines = open(os.path.join(os.environ["FAKE_DIR"], "journal")).read().splitlines()
+after = int(sys.argv[sys.argv.index("--after-cursor") + 1]) if "--after-cursor" in sys.argv else 0
+for line in lines[after:]:
+    print(line)
+print("-- cursor: %d" % len(lines))
+"""
+
+
+def test_the_journal_counter_counts_only_new_lines_per_process(tmp_path: Path) -> None:
+    """The LMCache S3 trouble counter (LMCache 0.5.6 exports no metric for it): verify's
+    patterns over the current process's journal, incrementally, reset by a restart."""
+    import os
+    import stat
+
+    from deploy_kit.render.templating import render_template
+    from deploy_kit.verify.model import S3_LOG_PATTERNS
+
+    bin_dir, fake = tmp_path / "bin", tmp_path / "fake"
+    bin_dir.mkdir()
+    fake.mkdir()
+    for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    script = tmp_path / "events.py"
+    script.write_text(render_template("lmcache-s3-events.py.j2", patterns=S3_LOG_PATTERNS,
+                                      units=["lmcache-server"], textfile_dir=str(tmp_path),
+                                      state=str(tmp_path / "state.json"),
+                                      lmcache_version="0.5.6"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(fake)}
+
+    def counts(journal: list[str], invocation: str = "inv-1") -> dict[str, int]:
+        (fake / "invocation").write_text(invocation + "\n")
+        (fake / "journal").write_text("\n".join(journal) + "\n")
+        subprocess.run(["python3", str(script)], env=env, check=True, timeout=30)
+        text = (tmp_path / "deploykit_lmcache.prom").read_text()
+        return {line.split('kind="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line.startswith("deploykit_lmcache")}
+
+    journal = ["INFO started", "WARNING S3L2Adapter connection error (1/3): refused"]
+    assert counts(journal) == {"breaker": 0, "store": 0, "connection": 1}
+    journal += ["WARNING S3L2Adapter connection error (2/3)", "ERROR S3L2Adapter disabled after "
+                "3 consecutive connection failures"]
+    assert counts(journal) == {"breaker": 1, "store": 0, "connection": 2}  # only new lines read
+    assert counts(journal) == {"breaker": 1, "store": 0, "connection": 2}  # nothing new
+    assert counts(["INFO started again"], "inv-2") == {"breaker": 0, "store": 0,
+                                                        "connection": 0}  # a restart resets
+    # the exposition format is what Prometheus's own linter accepts
+    checked = subprocess.run([require_tool("promtool"), "check", "metrics"],
+                             input=(tmp_path / "deploykit_lmcache.prom").read_text(),
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

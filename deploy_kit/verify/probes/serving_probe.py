@@ -14,6 +14,7 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.render import lmcache_server, names
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
+    S3_LOG_PATTERNS,
     S3LogEvent,
     ServingHost,
     ServingPlan,
@@ -29,15 +30,6 @@ VERSIONS_PY = ("import importlib.metadata as m\n"
                "    except Exception: pass\n")
 UNITS = ("vllm", "lmcache-server")
 JOURNAL_LINES = 5
-# LMCache 0.5.6's own words for S3 trouble (awk EREs), in the running process's journal:
-# the breaker (s3_l2_adapter.py:1030 server, s3_connector.py:697 in process) never resets;
-# lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed to launch PUT"); connection-
-# class errors, three in a row trip the breaker (s3_l2_adapter.py:1022, s3_connector.py:688)
-S3_LOG_PATTERNS = {
-    "breaker": "S3L2Adapter disabled after|S3 connection disabled after",
-    "store": "Failed to upload .* to S3|failed to launch (S3 )?PUT",
-    "connection": "S3L2Adapter connection error|S3 connection error",
-}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a logger that colours even without a terminal
 S3_LOG_AWK = (
     "/" + S3_LOG_PATTERNS["breaker"] + "/ { if (!nb) b = $0; nb++; next }\n"

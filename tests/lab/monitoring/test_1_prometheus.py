@@ -72,6 +72,12 @@ def test_every_rendered_job_is_scraped_and_up(converged: Lab, tmp_path: Path) ->
     answers = {r["metric"]["host"]: float(r["value"][1])
                for r in query(f'probe_dns_answer_rrs{{job="{monitoring.DNS_ANSWERS}"}}')}
     assert answers == {"lab1": 2.0, "lab2": 2.0}, answers
+    # LMCache's S3 trouble, counted from each serving host's journal: present, and no
+    # breaker tripped on a healthy lab
+    events = {(r["metric"]["host"], r["metric"]["kind"]): float(r["value"][1]) for r in
+              query('deploykit_lmcache_s3_log_lines{unit="lmcache-server"}')}
+    assert {host for host, _ in events} == {"lab3", "lab4"}, events
+    assert events[("lab3", "breaker")] == events[("lab4", "breaker")] == 0, events
     rules = [r["name"] for g in api("rules")["groups"] for r in g["rules"]]
     assert "DeploykitConcentratorDown" in rules and \
         "deploykit:vllm_external_hit_ratio:rate5m" in rules
