@@ -69,3 +69,25 @@ def pool_load(pools: list[PoolSpec], osd_count: int | None) -> PoolLoad:
 def expected_a_records(rgw_hosts: int) -> int:
     """One A record per healthy concentrator, i.e. per RGW host."""
     return rgw_hosts
+
+
+# awscrt's S3 client splits transfers into parts of this size when the caller sets none, as
+# LMCache 0.5.6 does (s3_l2_adapter.py and s3_connector.py build S3Client without part_size;
+# aws-c-s3's default part size is 8 MiB): a larger object is uploaded as
+# CreateMultipartUpload + parts + CompleteMultipartUpload and read as ranged GETs.
+AWSCRT_PART_BYTES = 8 * 1024**2
+
+
+@dataclass(frozen=True)
+class S3Requests:
+    put: int  # HTTP requests to store one object
+    get: int  # HTTP requests to read it back
+
+
+def s3_requests(object_bytes: int, part_bytes: int = AWSCRT_PART_BYTES) -> S3Requests:
+    """What the concentrators and gateways see per object: one PUT and one GET up to a part,
+    else the multipart sequence and one ranged GET per part."""
+    if object_bytes <= part_bytes:
+        return S3Requests(put=1, get=1)
+    parts = -(-object_bytes // part_bytes)
+    return S3Requests(put=parts + 2, get=parts)

@@ -16,10 +16,12 @@ from deploy_kit.config.site import Site
 from deploy_kit.errors import DeployKitError
 from deploy_kit.plan.breakeven import losing_contexts
 from deploy_kit.plan.plan import build_plan
+from deploy_kit.sizing import s3_requests
 from deploy_kit.transport.hosts import run_on
 
 
-def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, Any]:
+def run(site: Site, threads: list[int], objects: int, out: Path,
+        object_bytes: int | None = None) -> dict[str, Any]:
     plan = build_plan(site)
     if not plan.models:
         raise DeployKitError("bench storage needs a serving model to size its objects")
@@ -28,7 +30,8 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
     s = site.settings
     host_header = bucket.host if s.deploykit_s3_port == 80 else f"{bucket.host}:{bucket.port}"
     job = {"host": host_header, "bucket": s.deploykit_s3_bucket, "port": s.deploykit_s3_port,
-           "region": s.deploykit_s3_region, "size": model.object_bytes, "objects": objects,
+           "region": s.deploykit_s3_region, "size": object_bytes or model.object_bytes,
+           "objects": objects,
            "threads": threads, "access_key": bucket.credentials.access_key,
            "addresses": sorted(h.address for h in site.group("rgw")),
            "secret_key": bucket.credentials.secret_key}
@@ -56,7 +59,9 @@ def run(site: Site, threads: list[int], objects: int, out: Path) -> dict[str, An
         if row.get("op") == "GET":
             row["kv_tokens_per_s_restorable"] = int(row["gb_per_s"] * 1e9 /
                                                     model.bytes_per_token)
-    result["object_bytes"] = model.object_bytes
+    result["object_bytes"] = object_bytes or model.object_bytes
+    requests = s3_requests(result["object_bytes"])
+    result["s3_requests_per_object"] = {"put": requests.put, "get": requests.get}
     result["name"] = host_header
     result["model"] = model.model
     result["measured_from"] = client.name if client else "controller"
@@ -102,7 +107,9 @@ def breakeven_line(verdict: dict[str, Any] | None) -> str | None:
 
 
 def describe(result: dict[str, Any]) -> list[str]:
-    lines = [f"{result['model']}: {result['object_bytes']:,} B objects, measured from "
+    per = result.get("s3_requests_per_object", {"put": 1, "get": 1})
+    lines = [f"{result['model']}: {result['object_bytes']:,} B objects ({per['put']} requests "
+             f"to store, {per['get']} to read each through awscrt), measured from "
              f"{result['measured_from']}"]
     for r in result["results"]:
         if r.get("op") == "error":

@@ -31,6 +31,10 @@ def bench_storage(inventory: InventoryOpt,
                   objects: Annotated[int, typer.Option(help="objects per step")] = 8,
                   out: Annotated[Path, typer.Option(help="JSON + PNG here")] = Path(
                       "runs/bench-storage"),
+                  object_mib: Annotated[float | None, typer.Option(
+                      min=0.001, max=4096,
+                      help="object size instead of the plan's per-rank chunk object (e.g. "
+                           "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
                   vault_password_file: VaultOpt = None) -> None:
     """Chunk-sized PUT/GET/HEAD through the S3 name: awscrt vs boto3, thread sweep."""
     from deploy_kit.bench.storage import describe, run
@@ -39,7 +43,8 @@ def bench_storage(inventory: InventoryOpt,
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
     with console().status("measuring S3 through the name…"):
-        result = run(open_site(inventory, vault_password_file), sweep, objects, out)
+        result = run(open_site(inventory, vault_password_file), sweep, objects, out,
+                     int(object_mib * 2**20) if object_mib else None)
     for line in describe(result):
         console().print(line, markup=False, soft_wrap=True)
     console().print(f"wrote {', '.join(result['files'])}")

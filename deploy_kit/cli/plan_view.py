@@ -20,6 +20,10 @@ def show_plan(plan: Plan, console: Console) -> None:
         console.print(f"  {m.bytes_per_token:,} B/token; a {m.chunk_tokens}-token chunk is "
                       f"{m.objects_per_chunk} object(s) of {human_bytes(m.object_bytes)} "
                       f"({m.object_bytes:,} B), {human_bytes(m.chunk_bytes)} per chunk")
+        console.print(f"  S3 requests per chunk through the concentrators: "
+                      f"{m.s3_put_requests_per_chunk} to store, {m.s3_get_requests_per_chunk} "
+                      f"to read (awscrt splits objects above 8 MiB into multipart parts and "
+                      f"ranged GETs)")
         console.print(f"  {m.target_tokens:,} cached tokens need {human_bytes(m.storage_bytes)}"
                       f" ({human_bytes(m.storage_raw_bytes)} raw); objects are named "
                       f"{m.object_name_pattern}")

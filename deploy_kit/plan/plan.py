@@ -26,6 +26,9 @@ class ModelPlan:
     bytes_per_token: int
     object_bytes: int
     objects_per_chunk: int
+    # HTTP requests through the concentrators per chunk (awscrt multipart above 8 MiB)
+    s3_put_requests_per_chunk: int
+    s3_get_requests_per_chunk: int
     chunk_bytes: int
     target_tokens: int
     storage_bytes: int
@@ -108,10 +111,13 @@ def _model_plans(site: Site) -> list[ModelPlan]:
         dtype_name = LMCACHE_DTYPE_NAMES.get(
             geometry.dtype if kv_dtype == "auto" else kv_dtype, kv_dtype)
         world = 1 if geometry.mla else tp * pp
+        requests = sizing.s3_requests(layout.object_bytes)
         plans.append(ModelPlan(
             model=model, tensor_parallel=tp, pipeline_parallel=pp, kv_dtype=dtype_name,
             chunk_tokens=chunk, bytes_per_token=layout.bytes_per_token,
             object_bytes=layout.object_bytes, objects_per_chunk=layout.objects_per_chunk,
+            s3_put_requests_per_chunk=requests.put * layout.objects_per_chunk,
+            s3_get_requests_per_chunk=requests.get * layout.objects_per_chunk,
             chunk_bytes=layout.chunk_bytes, target_tokens=target, storage_bytes=storage,
             storage_raw_bytes=storage * replicas,
             object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",

@@ -163,3 +163,19 @@ def test_the_calibration_script_counts_flops_as_the_planner_does() -> None:
         script.main(["--layers", "2", "--hidden", "64", "--heads", "6", "--kv-heads", "4",
                      "--head-dim", "8", "--intermediate", "128"])
     assert refused.value.code == 2
+
+
+def test_requests_per_chunk_follow_awscrt_multipart() -> None:
+    """Issue 21 item 6: a 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
+    4 parts of 8 MiB + Complete to store, and 4 ranged GETs to read; 2 MiB is one of each."""
+    from deploy_kit.sizing import AWSCRT_PART_BYTES, s3_requests
+
+    assert AWSCRT_PART_BYTES == 8 * 2**20
+    assert s3_requests(32 * 2**20) == s3_requests(32 * 2**20 - 1) == \
+        type(s3_requests(1))(put=6, get=4)
+    assert (s3_requests(2 * 2**20).put, s3_requests(2 * 2**20).get) == (1, 1)
+    assert (s3_requests(8 * 2**20).put, s3_requests(8 * 2**20 + 1).put) == (1, 4)
+    plan = json.loads(run_cli("plan", "-i", "example", "--json", cwd=REPO).stdout)
+    model = plan["models"][0]
+    assert model["object_bytes"] == 32 * 2**20 and model["objects_per_chunk"] == 2
+    assert (model["s3_put_requests_per_chunk"], model["s3_get_requests_per_chunk"]) == (12, 8)
