@@ -89,7 +89,8 @@ def test_a_cross_host_hit_moves_the_remote_hit_series(converged: Lab) -> None:
     only come from the remote tier, and Prometheus sees it in lab4's series."""
     for address in SERVING.values():
         wait_healthy(address)
-    tokens = [random.Random(time.time_ns()).randrange(1000, 30000) for _ in range(768)]
+    # the lab model's vocabulary is small (tests/lab/core/test_3_serving.py): ids 3..258
+    tokens = [random.Random(time.time_ns()).randrange(3, 259) for _ in range(256 * 3 + 5)]
     before = query('sum(vllm:external_prefix_cache_hits_total{host="lab4"})')
     start = float(before[0]["value"][1]) if before else 0.0
     complete(SERVING["lab3"], tokens)
