@@ -318,13 +318,40 @@ def run(site: Site, site_name: str, lengths: list[int] | None, repeats: int, out
         a, b, chosen, repeats, tier, max_tokens=max_tokens, token_ids=token_ids,
         run_id=run_id, ready_timeout=float(c.vllm_health_timeout), log=log)
     skipped = {} if b else {"remote_hit_other_host": "one serving host answers"}
+    storage = storage_floor_input(site, out, log)
+    if storage.get("error"):
+        notes.append(f"no storage floor: GET throughput not measured ({storage['error']})")
     doc = ttft_report.document(
         site=site_name, run_id=run_id, started=now.isoformat(timespec="seconds"), model=a.model,
         hosts={"a": a.name, "b": b.name if b else None}, lengths=chosen, repeats=repeats,
         max_tokens=max_tokens, token_ids=token_ids,
         manifest=manifest(site, [h for h, _ in answering[:2]]), results=results, purged=purged,
-        notes=notes, skipped_cases=skipped)
+        notes=notes, skipped_cases=skipped, storage=storage)
     return write(doc, out)
+
+
+def storage_floor_input(site: Site, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The GET throughput `bench storage` measures (awscrt, chunk-sized objects through the
+    S3 name, from a serving host) in this same run, and the model's KV bytes per token: what
+    each remote row's storage floor divides. A failed measurement is said, not guessed."""
+    from deploy_kit.bench import storage as storage_bench
+    from deploy_kit.plan.plan import build_plan
+
+    plan = build_plan(site)
+    if not plan.models:
+        return {"error": "no serving model in the plan"}
+    log("measuring GET throughput through the S3 name for the storage floor…")
+    try:
+        measured = storage_bench.run(site, [4], 8, out / "storage")
+    except DeployKitError as exc:
+        return {"error": str(exc)}
+    gets = [r["gb_per_s"] for r in measured["results"]
+            if r.get("op") == "GET" and r.get("client") == "awscrt"]
+    if not gets:
+        return {"error": "the awscrt GET step returned no figure"}
+    return {"get_gb_per_s": max(gets), "object_bytes": measured["object_bytes"],
+            "bytes_per_token": plan.models[0].bytes_per_token,
+            "measured_from": measured["measured_from"]}
 
 
 def write(doc: dict[str, Any], out: Path) -> dict[str, Any]:

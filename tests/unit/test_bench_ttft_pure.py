@@ -224,3 +224,26 @@ def test_the_site_tier_sees_only_this_runs_objects(monkeypatch: pytest.MonkeyPat
     tier.prefixes, tier.since = ["m@", "_var_lib_vllm_models_m@"], start - dt.timedelta(seconds=60)
     assert tier.objects() == {"m@1@0@ab@bfloat16", "_var_lib_vllm_models_m@1@0@ef@bfloat16"}
     assert "" not in asked  # never the whole bucket
+
+
+def test_remote_rows_carry_their_storage_floor_and_the_overhead_over_it() -> None:
+    """Issue 21 item 9: a remote row's floor is its KV bytes at the GET throughput measured
+    in the same run; the remote hit is compared with the DRAM hit plus that floor."""
+    plain = _doc()
+    assert all("storage_floor_s" not in s for s in plain["summary"])  # nothing measured
+    doc = copy.deepcopy(plain)
+    storage = {"get_gb_per_s": 0.5, "bytes_per_token": 131072, "object_bytes": 2 * 2**20,
+               "measured_from": "lab3"}
+    doc["summary"] = ttft_report.with_storage_floor(doc["summary"], storage)
+    row = next(s for s in doc["summary"] if s["context_tokens"] == 4096 and
+               s["case"] == "remote_hit_other_host")
+    floor = 4096 * 131072 / 0.5e9
+    assert row["storage_floor_s"] == pytest.approx(floor)
+    assert row["vs_dram_plus_floor"] == pytest.approx(0.25 / (0.05 + floor))
+    assert row["overhead_floors"] == pytest.approx((0.25 - 0.05) / floor)
+    cold = next(s for s in doc["summary"] if s["case"] == "cold")
+    assert "storage_floor_s" not in cold
+    console = Console(width=260, record=True)
+    console.print(ttft_report.table(doc))
+    text = console.export_text()
+    assert f"{floor:.3f} s" in text and "floors; goal 1.5 at 4K" in text
