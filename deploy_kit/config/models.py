@@ -275,6 +275,9 @@ class HostConfig(BaseModel):
     lmcache_nixl_pool_size: int = Field(default=0, ge=0, le=10_000_000)
     lmcache_nixl_buffer_device: Literal["cpu", "cuda"] = "cpu"
     lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1, le=2**42)
+    # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the lmcache
+    # role adds the site CA to): Debian/Ubuntu's; RHEL family: /etc/pki/tls/certs/ca-bundle.crt
+    lmcache_nixl_ca_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
     lmcache_disk_path: str = "/var/cache/lmcache"
     lmcache_max_local_disk_size: float = Field(default=100.0, ge=0, le=10**6)
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
@@ -432,7 +435,7 @@ class HostConfig(BaseModel):
         return value
 
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
-                     "deploykit_ceph_conf", "vllm_models_dir")
+                     "deploykit_ceph_conf", "vllm_models_dir", "lmcache_nixl_ca_bundle")
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)

@@ -9,7 +9,6 @@ import yaml
 from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.render.names import HEADER, endpoint_url, remote_url
-from deploy_kit.render.tls import SYSTEM_BUNDLE
 from deploy_kit.sizing import local_cpu, max_local_cpu_gb
 
 
@@ -45,8 +44,9 @@ def _nixl_extra(c: HostConfig) -> dict[str, Any]:
         # nixl-cu12/cu13 1.5.1 bundle a libcurl built on manylinux_2_28 whose default CA file
         # is /etc/pki/tls/certs/ca-bundle.crt (strings libcurl-*.so.4.8.0): absent on Debian
         # and Ubuntu, so every https request fails without an explicit bundle. This is the
-        # system store deploykit adds its CA to.
-        params["ca_bundle"] = SYSTEM_BUNDLE
+        # system store deploykit adds its CA to (lmcache_nixl_ca_bundle: RHEL keeps it at
+        # /etc/pki/tls/certs/ca-bundle.crt).
+        params["ca_bundle"] = c.lmcache_nixl_ca_bundle
     return {"enable_nixl_storage": True, "nixl_backend": c.lmcache_nixl_backend,
             "nixl_pool_size": c.lmcache_nixl_pool_size, "nixl_backend_params": params}
 

@@ -50,6 +50,12 @@ def test_tls_params_name_the_system_bundle(make_inventory: InventoryFactory) -> 
     assert params["ca_bundle"] == SYSTEM_BUNDLE == "/etc/ssl/certs/ca-certificates.crt"
 
 
+def test_a_rhel_fleet_names_its_own_bundle(make_inventory: InventoryFactory) -> None:
+    params = _params(make_inventory, **TLS,
+                     lmcache_nixl_ca_bundle="/etc/pki/tls/certs/ca-bundle.crt")
+    assert params["ca_bundle"] == "/etc/pki/tls/certs/ca-bundle.crt"
+
+
 def test_nixl_hosts_install_the_extra_and_the_pinned_nixl(
         make_inventory: InventoryFactory) -> None:
     site = open_site(str(make_inventory(vllm=NIXL)))
