@@ -125,6 +125,9 @@ def scrape_targets(site: Site) -> Targets:
     if servers and not groups[LMCACHE]:
         omitted[LMCACHE] = (f"LMCache {servers[0].config.lmcache_version}'s `lmcache server` "
                             "serves no metrics (compat.yaml server_metrics)")
+    elif not servers:
+        omitted[LMCACHE] = ("no serving host runs `lmcache server` (lmcache_topology: "
+                            "inprocess keeps LMCache inside vLLM)")
     if not s.monitoring_ceph_mgr_prometheus:
         omitted[CEPH] = "monitoring_ceph_mgr_prometheus is false"
     elif s.monitoring_ceph_mgr_targets:
