@@ -300,15 +300,16 @@ WARNINGS = [
 ]
 
 
-def test_breakeven_skips_without_a_measurement_and_passes_above_it() -> None:
+def test_breakeven_informs_without_a_measurement_and_passes_above_it() -> None:
     obs = healthy()
     passed = evaluate(obs, {"storage-breakeven"})
     assert [f.status for f in passed] == [Status.PASS]
     assert "beats recompute at every planned context length" in passed[0].message
-    obs.storage = None
-    skipped = evaluate(obs, {"storage-breakeven"})
-    assert [f.status for f in skipped] == [Status.SKIP]
-    assert "bench storage" in skipped[0].hint
+    obs.storage = None  # not a skip (a converged lab's verify has none): the figures to meet
+    unmeasured = evaluate(obs, {"storage-breakeven"})
+    assert [f.status for f in unmeasured] == [Status.INFO]
+    assert "above 38.6 Gbit/s per host at 4K" in unmeasured[0].message
+    assert "bench storage" in unmeasured[0].hint
 
 
 @pytest.mark.parametrize(("check_id", "breaks", "target", "text"), CASES,

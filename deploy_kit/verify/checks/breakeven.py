@@ -15,10 +15,14 @@ def storage_breakeven(obs: Observation) -> Iterator[Finding]:
     for group in obs.serving_groups:
         target = f"{group.model} on {group.device} ({', '.join(group.hosts)})"
         measured = obs.storage
-        if measured is None:
-            yield Finding("storage-breakeven", Status.SKIP, target,
-                          "no `deploykit bench storage` result for this site to compare with "
-                          "plan's break-even bandwidth",
+        if measured is None:  # said, with the figures a measurement will be held against
+            first = group.rows[0] if group.rows else None
+            needs = (f"; remote KV beats recompute above {first.breakeven_storage_gbps:.1f} "
+                     f"Gbit/s per host at {first.context_tokens // 1024}K"
+                     if first is not None and first.breakeven_storage_gbps is not None else "")
+            yield Finding("storage-breakeven", Status.INFO, target,
+                          f"no `deploykit bench storage` result for this site to compare "
+                          f"with plan's break-even bandwidth{needs}",
                           "run `deploykit bench storage -i <site>` (runs/bench-storage/)")
             continue
         where = (f"GET {measured.measured_gbps:.1f} Gbit/s measured from "
