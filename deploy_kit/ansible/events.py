@@ -59,6 +59,9 @@ class RunRecord:
     # Wall seconds from one task's start to the next, summed per task name: where a run's
     # time goes (all hosts of a task run in parallel, so this is what a rerun waits on).
     task_seconds: dict[str, float] = field(default_factory=dict)
+    # Each host's comparison with its converge record (playbooks/converged.yml): why it
+    # converges, or [] when its last converge holds and every play leaves it out.
+    converge_records: dict[str, list[str]] = field(default_factory=dict)
     _task_started: tuple[str, datetime] | None = None
 
     def _clock(self, event: dict[str, Any], kind: str) -> None:
@@ -100,8 +103,14 @@ class RunRecord:
                 host=str(data.get("host", "?")), play=str(data.get("play", "")),
                 task=str(data.get("task", "")), message=redact(message)[:2000],
                 unreachable=kind == "runner_on_unreachable"))
-        elif kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-            self.changed_tasks.append((str(data.get("host", "?")), str(data.get("task", ""))))
+        elif kind == "runner_on_ok":
+            result = data.get("res") or {}
+            if result.get("changed"):
+                self.changed_tasks.append((str(data.get("host", "?")), str(data.get("task", ""))))
+            if str(data.get("task_action", "")).endswith("deploykit_converged") \
+                    and result.get("state") == "check":
+                self.converge_records[str(data.get("host", "?"))] = \
+                    [redact(str(r)) for r in result["reasons"]]
         elif kind == "playbook_on_stats":
             self.hosts = {}
             keys = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",

@@ -106,6 +106,7 @@ def run_playbook(request: RunRequest, console: Console,
         "failed": [asdict(f) for f in record.failed],
         "slowest_tasks": [{"task": t, "seconds": s} for t, s in record.slowest()],
         "task_seconds": record.task_seconds,
+        "converge_records": record.converge_records,
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return record, record_dir, int(result.rc or 0)
@@ -120,6 +121,13 @@ def show_record(record: RunRecord, console: Console) -> None:
         table.add_row(f"[{style}]{host}[/]", str(s.ok), str(s.changed), str(s.failed),
                       str(s.unreachable), str(s.skipped))
     console.print(table)
+    holding = sorted(h for h, reasons in record.converge_records.items() if not reasons)
+    if holding:
+        console.print(f"left out (their last converge holds; up --full converges them too): "
+                      f"{', '.join(holding)}")
+    for host, reasons in sorted(record.converge_records.items()):
+        if reasons:
+            console.print(f"{host} converges: {'; '.join(reasons)}")
 
 
 def raise_for(record: RunRecord, rc: int, record_dir: Path) -> None:

@@ -168,13 +168,20 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
                                      "host at a time behind the health gate, even when "
                                      "nothing changed (after `cache purge` or lifecycle "
                                      "expiry: LMCache forgets the objects it believed in "
-                                     "S3)")] = False) -> None:
-    """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM."""
+                                     "S3)")] = False,
+       full: Annotated[bool, typer.Option(
+           "--full", help="converge every host, also those whose last converge still holds "
+                          "(by default a re-run leaves them out: same inputs, no watched "
+                          "file changed, every unit that ran still active)")] = False) -> None:
+    """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM.
+    A re-run leaves out each host whose last converge still holds (--full: none)."""
     options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
                                 diff=diff, extra_vars=extra_vars, print_command=print_command,
                                 verbose=verbose, become=become, forks=forks)
-    run_playbook("up", "site.yml", inventory, vault_password_file, options,
-                 {"deploykit_restart_serving": True} if restart_serving else None,
+    run_vars: dict[str, object] = {
+        name: True for name, on in (("deploykit_restart_serving", restart_serving),
+                                    ("deploykit_full", full)) if on}
+    run_playbook("up", "site.yml", inventory, vault_password_file, options, run_vars,
                  ask_vault_pass=ask_vault_pass)
 
 

@@ -21,7 +21,7 @@ from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
-from deploy_kit.render import names, tls
+from deploy_kit.render import converged, names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     HAPROXY_STATS_ENV_PATH,
@@ -173,11 +173,14 @@ def _json(data: Any) -> RenderedFile:
     return RenderedFile(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def with_settings(site: Site, tree: Tree) -> Tree:
-    """Add each host's settings and the site facts to a rendered tree."""
+def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | None = None) -> Tree:
+    """Add each host's settings and the site facts to a rendered tree (every_path: each
+    host's rendered paths, secret files included, which its converge record watches)."""
     for name, host in site.hosts.items():
         paths = sorted(path for path, f in tree[name].items() if not f.secret)
         settings = host_settings(host, paths)
+        settings["derived"]["converged"] = converged.watch(
+            host, (every_path or {}).get(name, paths))
         tls_paths = tls.derived(site.root, host)
         if tls_paths is not None:  # controller paths of the issued material (no key inside)
             settings["derived"]["tls"] = tls_paths
@@ -188,9 +191,10 @@ def with_settings(site: Site, tree: Tree) -> Tree:
 
 def role_tree(site: Site) -> Tree:
     """What a run hands the playbooks: the rendered site without its secret files."""
+    full = render_site(site)
     tree = {host: {path: f for path, f in files.items() if not f.secret}
-            for host, files in render_site(site).items()}
-    return with_settings(site, tree)
+            for host, files in full.items()}
+    return with_settings(site, tree, {host: sorted(files) for host, files in full.items()})
 
 
 def write_run_tree(site: Site, out: Path) -> int:

@@ -54,3 +54,18 @@ def test_task_wall_time_is_summed_per_task_name() -> None:
                         "event_data": data})
     assert record.task_seconds == {"coredns : Write": 3.5, "Start": 0.5}
     assert record.slowest(1) == [("coredns : Write", 3.5)]
+
+
+def test_each_hosts_comparison_with_its_converge_record_is_kept() -> None:
+    def ok(host: str, result: dict) -> dict:
+        return {"event": "runner_on_ok", "event_data": {
+            "host": host, "task_action": "deploykit.kvcache.deploykit_converged", "res": result}}
+
+    record = RunRecord()
+    record.consume(ok("lab1", {"state": "check", "converged": False, "changed": False,
+                               "reasons": ["/etc/haproxy/haproxy.cfg changed"]}))
+    record.consume(ok("lab2", {"state": "check", "converged": True, "reasons": []}))
+    record.consume(ok("lab1", {"state": "record", "converged": True, "reasons": []}))
+    assert record.converge_records == {"lab1": ["/etc/haproxy/haproxy.cfg changed"],
+                                       "lab2": []}
+    assert record.changed_tasks == []

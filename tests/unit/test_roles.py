@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +20,10 @@ def test_defaults_match_argument_specs(role: Path) -> None:
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
     options = specs["argument_specs"]["main"]["options"]
-    assert set(defaults) == set(options), role.name
+    owned = {name for name in options if name.startswith(role.name + "_")}
+    secrets = {name for name in owned if options[name].get("no_log")}
+    # a secret may have no default (the vault holds it); every other input has one
+    assert owned - secrets <= set(defaults) <= owned, role.name
     for name in defaults:
         assert name.startswith(role.name + "_"), f"{name} lacks the {role.name}_ prefix"
         assert options[name].get("description"), f"{name} is undocumented"
@@ -40,3 +45,58 @@ def test_role_defaults_equal_the_python_defaults(role: Path) -> None:
         if python_value is None:
             python_value = ""
         assert value == python_value, f"{role.name}: {name} drifted from HostConfig"
+
+
+# What a task reads: expressions (when/that/loop...) whole, elsewhere what {{ }} encloses.
+EXPRESSION_KEYS = frozenset({"when", "that", "loop", "failed_when", "changed_when", "until"})
+JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|resolver|"
+                   r"monitoring|deploykit)_[a-z0-9_]+)\b")
+
+
+def _expressions(node: Any, key: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [e for k, v in node.items() for e in _expressions(v, str(k))]
+    if isinstance(node, list):
+        return [e for item in node for e in _expressions(item, key)]
+    if not isinstance(node, str):
+        return []
+    if key in EXPRESSION_KEYS:
+        return [node]
+    return ["".join(groups) for groups in JINJA.findall(node)]
+
+
+def _defined(node: Any) -> set[str]:
+    """Names the role gives itself: registered results, facts, task and play vars."""
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "register" and isinstance(v, str):
+                found.add(v)
+            elif k in ("ansible.builtin.set_fact", "vars") and isinstance(v, dict):
+                found.update(v)
+            elif k == "loop_var" and isinstance(v, str):
+                found.add(v)
+            found |= _defined(v)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _defined(item)
+    return found
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
+    """One way into a role: every inventory or run variable its tasks and handlers read is
+    an option of its argument spec (deploykit_inputs digests exactly these, so a host whose
+    inputs changed is never left out of a run)."""
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = {name for entry in specs.values() for name in (entry or {}).get("options") or {}}
+    documents = [yaml.safe_load(path.read_text()) for folder in ("tasks", "handlers", "vars")
+                 for path in sorted((role / folder).glob("*.yml"))]
+    defined = set().union(*(_defined(doc) for doc in documents))
+    defined |= set(yaml.safe_load((role / "defaults" / "main.yml").read_text()) or {}) \
+        if (role / "defaults" / "main.yml").exists() else set()
+    read = {name for doc in documents for expression in _expressions(doc)
+            for name in INPUT.findall(QUOTED.sub("", expression))}
+    assert read - defined - options == set(), role.name
