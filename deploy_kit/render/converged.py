@@ -48,6 +48,7 @@ def watched_paths(host: Host, rendered: Iterable[str]) -> list[str]:
     if "vllm" in host.groups:
         paths.add(names.credentials_path(c))
         paths.add(f"{c.lmcache_config_dir}/serving-env.lock-sha256")
+        paths.add(f"{c.vllm_venv}/.deploykit-wheelhouse")  # what serving_env installed
         if c.model_is_local:  # the digest of what was staged: a re-staged model changes it
             paths.add(f"{c.model_path_on_host}/.deploykit-staged")
     return sorted(paths)

@@ -216,3 +216,34 @@ def test_every_download_is_checked(make_inventory: InventoryFactory, settings: d
         derived = json.loads(tree[name][SETTINGS_PATH].content)["derived"]
         assert derived["consul_archive_checksum"] == consul
         assert derived["coredns_archive_checksum"] == coredns
+
+
+def test_the_converge_record_watches_every_file_and_unit_the_roles_write() -> None:
+    """What a role writes to a literal path, and every unit it starts by name, is watched on
+    some host of the example site; what it writes to a settings-derived path is watched on
+    the host that gets it. A file left out here would let a hand edit survive a re-run."""
+    import re
+
+    from deploy_kit.render.rundir import role_tree
+    from tests.conftest import REPO
+
+    site = open_site(str(REPO / "inventory" / "example"))
+    tree = role_tree(site)
+    watch = {name: json.loads(files["/.deploykit/settings.json"].content)["derived"]["converged"]
+             for name, files in tree.items() if "/.deploykit/settings.json" in files}
+    paths = set().union(*(set(w["paths"]) for w in watch.values()))
+    units = set().union(*(set(w["units"]) for w in watch.values()))
+    tasks = "\n".join(p.read_text() for p in sorted((REPO / "roles").glob("*/tasks/*.yml")))
+    written = set(re.findall(r"^\s+dest: (/[^\s{}]+[^/\s])$", tasks, re.M))
+    assert written and written <= paths, sorted(written - paths)
+    started = set(re.findall(r"systemd_service:\n\s+name: ([\w.-]+)$", tasks, re.M))
+    assert {"consul", "coredns", "haproxy", "vllm", "lmcache-server"} <= started
+    assert started <= units, sorted(started - units)
+    serving = watch["gpu-h100-1"]["paths"]
+    for path in ("/etc/deploykit/aws/credentials", "/etc/deploykit/lmcache.yaml",
+                 "/etc/deploykit/vllm.env", "/etc/deploykit/serving-env.lock-sha256"):
+        assert path in serving, path
+    assert any(p.endswith("/.deploykit-wheelhouse") for p in serving)
+    assert watch["gpu-h100-1"]["breaker_unit"] in {"vllm", "lmcache-server"}
+    assert watch["ceph-adm1"]["probes"] and not watch["rgw1"]["probes"]
+    assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in watch["rgw1"]["paths"]
