@@ -232,7 +232,13 @@ class HostConfig(BaseModel):
     coredns_binary_src: str | None = None  # a binary on the controller (air-gapped, lab)
     coredns_binary_url: str = ("https://github.com/coredns/coredns/releases/download/"
                                "v{version}/coredns_{version}_linux_amd64.tgz")
-    # sha256 (hex) of what is delivered: the controller binary, or the release archive
+    # The same two pins as Consul's: the installed binary's sha256 (coredns_binary_src or the
+    # release's binary; the install fails on a mismatch) and the downloaded archive's (unset:
+    # the `.sha256` CoreDNS publishes beside every release archive).
+    coredns_binary_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    coredns_archive_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    # The older single knob, still read: the controller binary's pin with coredns_binary_src,
+    # else the archive's (the two knobs above win over it).
     coredns_binary_checksum: str = Field(default="", pattern=r"^(sha256:)?([0-9a-f]{64})?$")
     consul_binary_src: str | None = None
     consul_binary_url: str = ("https://releases.hashicorp.com/consul/{version}/"

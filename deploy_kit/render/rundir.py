@@ -60,12 +60,21 @@ def consul_archive_checksum(c: HostConfig) -> str:
 
 
 def coredns_archive_checksum(c: HostConfig) -> str:
-    """coredns_binary_checksum when set, else the `<archive>.sha256` CoreDNS publishes with
-    every release archive."""
-    pin = c.coredns_binary_checksum.removeprefix("sha256:")
+    """coredns_archive_sha256 (or the older coredns_binary_checksum, when no controller
+    binary is given) when set, else the `<archive>.sha256` CoreDNS publishes with every
+    release archive."""
+    legacy = "" if c.coredns_binary_src else c.coredns_binary_checksum.removeprefix("sha256:")
+    pin = c.coredns_archive_sha256 or legacy
     if pin:
         return f"sha256:{pin}"
     return f"sha256:{c.coredns_binary_url.replace('{version}', c.coredns_version)}.sha256"
+
+
+def coredns_binary_sha256(c: HostConfig) -> str:
+    """The installed coredns binary's pin: coredns_binary_sha256, else the older
+    coredns_binary_checksum when it names a controller binary; "" for none."""
+    legacy = c.coredns_binary_checksum.removeprefix("sha256:") if c.coredns_binary_src else ""
+    return c.coredns_binary_sha256 or legacy
 
 
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
@@ -86,6 +95,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         # what get_url checks a downloaded release against: never nothing
         "consul_archive_checksum": consul_archive_checksum(c),
         "coredns_archive_checksum": coredns_archive_checksum(c),
+        "coredns_binary_sha256": coredns_binary_sha256(c),
     }
     try:
         table = compat.vllm(c.vllm_version)

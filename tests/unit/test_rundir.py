@@ -247,3 +247,21 @@ def test_the_converge_record_watches_every_file_and_unit_the_roles_write() -> No
     assert watch["gpu-h100-1"]["breaker_unit"] in {"vllm", "lmcache-server"}
     assert watch["ceph-adm1"]["probes"] and not watch["rgw1"]["probes"]
     assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in watch["rgw1"]["paths"]
+
+
+@pytest.mark.parametrize(("settings", "archive", "binary"), [
+    ({"coredns_archive_sha256": "a" * 64, "coredns_binary_sha256": "b" * 64},
+     "sha256:" + "a" * 64, "b" * 64),
+    # the older single knob: the archive's pin when downloading ...
+    ({"coredns_binary_checksum": "sha256:" + "c" * 64}, "sha256:" + "c" * 64, ""),
+    # ... and the controller binary's when one is given
+    ({"coredns_binary_checksum": "c" * 64, "coredns_binary_src": "/srv/coredns"},
+     "sha256:https://github.com/coredns/coredns/releases/download/v1.12.1/"
+     "coredns_1.12.1_linux_amd64.tgz.sha256", "c" * 64),
+])
+def test_coredns_has_consuls_two_pins(make_inventory: InventoryFactory, settings: dict,
+                                      archive: str, binary: str) -> None:
+    site = open_site(str(make_inventory(all=settings)))
+    derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)["derived"]
+    assert derived["coredns_archive_checksum"] == archive
+    assert derived["coredns_binary_sha256"] == binary
