@@ -156,6 +156,8 @@ class HostConfig(BaseModel):
     # controller directory (0700) for the created CA and the issued certificates; relative
     # paths are relative to the inventory directory; default <inventory>/.deploykit-tls
     deploykit_tls_dir: str | None = None
+    # where each host keeps the record of its last converge (roles/deploykit_common)
+    deploykit_common_record_path: str = "/var/lib/deploykit/converged.json"
     # lifetime of each concentrator certificate; `up` reissues one with less than 30 days
     # (verify's warning threshold) or a third of its lifetime left
     deploykit_tls_cert_days: int = Field(default=365, ge=2, le=3650)
@@ -441,7 +443,8 @@ class HostConfig(BaseModel):
         return value
 
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
-                     "deploykit_ceph_conf", "vllm_models_dir", "lmcache_nixl_ca_bundle")
+                     "deploykit_ceph_conf", "vllm_models_dir", "lmcache_nixl_ca_bundle",
+                     "deploykit_common_record_path")
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)

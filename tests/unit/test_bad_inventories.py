@@ -232,6 +232,8 @@ CASES = [
     Case("config-dir-relative", gv("all", lmcache_config_dir="etc/deploykit"), ALLF,
          "lmcache_config_dir", ALL_HOSTS),
     Case("venv-trailing-slash", gv("vllm", vllm_venv="/opt/vllm/"), VF, "vllm_venv", VLLM),
+    Case("record-path-relative", gv("all", deploykit_common_record_path="converged.json"), ALLF,
+         "deploykit_common_record_path", ALL_HOSTS),
     Case("consul-data-dir-dotdot", gv("all", consul_data_dir="/opt/../../consul"), ALLF,
          "consul_data_dir", ALL_HOSTS),
     # --- secrets -------------------------------------------------------------------------
