@@ -21,8 +21,10 @@ from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.project import project_dir
 from deploy_kit.render import converged, names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
+from deploy_kit.render.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.render.storage import (
     HAPROXY_STATS_ENV_PATH,
     deploykit_manages_concentrator,
@@ -195,7 +197,8 @@ def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | Non
         if tls_paths is not None:  # controller paths of the issued material (no key inside)
             settings["derived"]["tls"] = tls_paths
         tree[name] = {**tree[name], SETTINGS_PATH: _json(settings)}
-    tree[CLUSTER] = {**tree[CLUSTER], SITE_PATH: _json(site_facts(site))}
+    tree[CLUSTER] = {**tree[CLUSTER], SITE_PATH: _json(site_facts(site)),
+                     INPUTS_PATH: _json(code_inputs(project_dir()))}
     return tree
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from deploy_kit.render.inputs import code_inputs
 from tests.conftest import REPO
 
 HOSTS = ("admin", "gw1", "gw2")
@@ -54,7 +55,10 @@ class Fleet:
                 "breaker_unit": "lmcache-server" if host == "gw2" else None,
                 "breaker_pattern": "S3L2Adapter disabled after" if host == "gw2" else None,
             }}}))
-        (root / "render" / "_cluster").mkdir()
+        # what every render writes once: deploykit's code digest and the roles' input names
+        (root / "render" / "_cluster" / ".deploykit").mkdir(parents=True)
+        (root / "render" / "_cluster" / ".deploykit" / "inputs.json").write_text(
+            json.dumps(code_inputs(REPO)))
         (root / "hosts.yml").write_text(yaml.safe_dump(inventory))
         (root / "site.yml").write_text(yaml.safe_dump([
             {"ansible.builtin.import_playbook": str(REPO / "playbooks" / "converged.yml")},

@@ -265,3 +265,27 @@ def test_coredns_has_consuls_two_pins(make_inventory: InventoryFactory, settings
     derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)["derived"]
     assert derived["coredns_archive_checksum"] == archive
     assert derived["coredns_binary_sha256"] == binary
+
+
+def test_the_code_digest_and_role_inputs_are_rendered_once_per_site(tmp_path: Path) -> None:
+    """The inputs lookup reads these from the site-wide tree instead of walking the code
+    and parsing every argument spec once per host."""
+    import shutil
+
+    from deploy_kit.render.files import CLUSTER
+    from deploy_kit.render.inputs import INPUTS_PATH, code_inputs
+    from deploy_kit.render.rundir import role_tree
+    from tests.conftest import REPO
+
+    facts = json.loads(role_tree(open_site(str(REPO / "inventory" / "example")))
+                       [CLUSTER][INPUTS_PATH].content)
+    assert {"vllm_api_key", "consul_gossip_key", "coredns_ready_port"} <= set(facts["role_options"])
+    # run-scoped: the render directory is new on every run
+    assert not {"deploykit_render_dir", "deploykit_full"} & set(facts["role_options"])
+    for part in ("roles", "playbooks", "plugins"):
+        shutil.copytree(REPO / part, tmp_path / part,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    assert code_inputs(tmp_path) == facts
+    handlers = tmp_path / "roles" / "coredns" / "handlers" / "main.yml"
+    handlers.write_text(handlers.read_text() + "# edited\n")
+    assert code_inputs(tmp_path)["code_digest"] != facts["code_digest"]
