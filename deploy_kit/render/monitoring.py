@@ -1,6 +1,6 @@
 """Prometheus for the cache tier (pure): one file_sd target file per job, the alert rules
-with their `promtool test rules` cases, a Grafana dashboard, and the configs of a
-`monitoring` host (Prometheus, blackbox exporter).
+with their `promtool test rules` cases (data/alerts.yaml, with this site's values filled in),
+a Grafana dashboard, and the configs of a `monitoring` host (Prometheus, blackbox exporter).
 
 Metric names are upstream's, read from the pinned releases: vLLM 0.32/0.33
 (`vllm/v1/metrics/loggers.py`: `vllm:external_prefix_cache_{hits,queries}` counters,
@@ -13,9 +13,11 @@ blackbox exporter's DNS prober (`probe_dns_answer_rrs`) and the node exporter.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import yaml
@@ -181,7 +183,7 @@ class Alert:
     labels: dict[str, str]  # what the firing case's alert carries besides severity
     firing: list[tuple[str, str]]  # (series, promtool values)
     healthy: list[tuple[str, str]]
-    eval_minutes: int
+    eval_time: str  # when promtool looks at the alert
 
     def annotations(self) -> dict[str, str]:
         return {"summary": self.summary, "description": self.description,
@@ -204,149 +206,80 @@ def _series(name: str, **labels: str) -> str:
     return f"{name}{{{inner}}}"
 
 
-def alerts(site: Site) -> list[Alert]:
+@functools.cache
+def _alert_data() -> list[dict[str, Any]]:
+    """data/alerts.yaml's alerts, as written (read once; callers copy before they fill in)."""
+    text = resources.files("deploy_kit").joinpath("data/alerts.yaml").read_text()
+    alerts: list[dict[str, Any]] = yaml.safe_load(text)["alerts"]
+    return alerts
+
+
+def alert_values(site: Site) -> dict[str, str]:
+    """What alerts.yaml's `${name}`s stand for on this site."""
     s = site.settings
-    found: list[Alert] = []
-    vllm = {"job": VLLM, "instance": "10.0.0.30:8000", "host": "serve1", "model_name": "m"}
-    ratio_for = _minutes(s.monitoring_hit_ratio_for)
-    target = s.monitoring_hit_ratio_target
-    if target > 0:  # a ratio is never below 0: a target of 0 turns the alert off
-        low, high = int(1000 * target / 2), min(1000, -(-int(1000 * (1 + target)) // 2))
-        minutes = 10 + ratio_for + 5
-        found.append(Alert(
-            "DeploykitExternalHitRatioLow",
-            "sum by (model_name) (rate(vllm:external_prefix_cache_hits_total"
-            f'{{job="{VLLM}"}}[10m])) / sum by (model_name) '
-            f'(rate(vllm:external_prefix_cache_queries_total{{job="{VLLM}"}}[10m])) < {target}',
-            s.monitoring_hit_ratio_for, "warning",
-            f"{{{{ $labels.model_name }}}}: external (LMCache) hit ratio below {target}",
-            "vLLM's external prefix cache answers fewer prompt tokens than the target "
-            "(monitoring_hit_ratio_target): prefixes are not shared across hosts or the "
-            "remote tier does not answer.",
-            "lmcache-remote-tier", "zero hits on other hosts", {"model_name": "m"},
-            [(_series("vllm:external_prefix_cache_queries_total", **vllm), f"0+1000x{minutes}"),
-             (_series("vllm:external_prefix_cache_hits_total", **vllm), f"0+{low}x{minutes}")],
-            [(_series("vllm:external_prefix_cache_queries_total", **vllm), f"0+1000x{minutes}"),
-             (_series("vllm:external_prefix_cache_hits_total", **vllm), f"0+{high}x{minutes}")],
-            minutes))
-    events = {"job": NODE, "instance": "10.0.0.30:9100", "host": "serve1",
-              "unit": "lmcache-server"}
+    target, ratio_for = s.monitoring_hit_ratio_target, s.monitoring_hit_ratio_for
+    gateways, slow = gateway_count(site), s.monitoring_rgw_latency_seconds
+    free, shm_size = s.monitoring_shm_free_ratio, 64 * 2**30  # a made-up 64 GiB /dev/shm
+    values: dict[str, object] = {
+        "vllm": VLLM, "node": NODE, "haproxy": HAPROXY, "dns_answers": DNS_ANSWERS,
+        "s3_fqdn": s.deploykit_s3_fqdn,
+        "hit_ratio_target": target, "hit_ratio_for": ratio_for,
+        # the test's hits per 1000 queries: half the target, and halfway from it to all
+        "hits_below_target": int(1000 * target / 2),
+        "hits_above_target": min(1000, -(-int(1000 * (1 + target)) // 2)),
+        # the rule's 10-minute rate window, then its `for`, then 5 minutes to spare
+        "hit_ratio_eval": 10 + _minutes(ratio_for) + 5,
+        "gateways": gateways, "gateways_short": gateways - 1,
+        "rgw_latency": slow, "rgw_latency_doubled": slow * 2, "rgw_latency_halved": slow / 2,
+        "shm_free_ratio": free, "shm_free_percent": f"{free:.0%}", "shm_size": shm_size,
+        "shm_avail_short": int(shm_size * free / 2),
+        "shm_avail_ample": int(shm_size * (1 + free) / 2),
+    }
+    return {name: str(value) for name, value in values.items()}
 
-    def lines(kind: str, values: str) -> tuple[str, str]:
-        return _series("deploykit_lmcache_s3_log_lines", **events, kind=kind), values
 
-    found.append(Alert(
-        "DeploykitLMCacheS3Trouble",
-        f'max by (host, unit) (deploykit_lmcache_s3_log_lines{{job="{NODE}",kind="breaker"}}) > 0 '
-        f'or max by (host, unit) (delta(deploykit_lmcache_s3_log_lines{{job="{NODE}",'
-        'kind=~"store|connection"}[10m])) > 0',
-        "1m", "warning",
-        "{{ $labels.host }}: LMCache ({{ $labels.unit }}) reports S3 trouble",
-        "LMCache's journal on this host shows S3 connection errors or lost uploads in the last "
-        "10 minutes, or its breaker turned S3 off (it never turns it back on until the "
-        "process restarts; `deploykit up` restarts it). Counted from the journal by "
-        "deploykit-lmcache-s3-events.timer: LMCache 0.5.6 exports no metric for it.",
-        "lmcache-s3-breaker", "S3 disabled after connection failures",
-        {"host": "serve1", "unit": "lmcache-server"},
-        [lines("breaker", "0x5 1x10"), lines("connection", "0x2 1 2 3x12"),
-         lines("store", "0x15")],
-        [lines("breaker", "0x15"), lines("connection", "2x15"), lines("store", "0x15")],
-        10))
-    found.append(Alert(
-        "DeploykitExternalHitsStopped",
-        f'sum by (host) (rate(vllm:external_prefix_cache_hits_total{{job="{VLLM}"}}[15m])) == 0 '
-        f'and sum by (host) (rate(vllm:external_prefix_cache_queries_total{{job="{VLLM}"}}'
-        f'[15m])) > 0 and sum by (host) (increase(vllm:external_prefix_cache_hits_total'
-        f'{{job="{VLLM}"}}[1h] offset 15m)) > 0',
-        "5m", "critical",
-        "{{ $labels.host }}: external hits stopped while queries continue",
-        "This serving host had external (LMCache) hits in the hour before and none in the last "
-        "15 minutes although prompts keep arriving: after maintenance this is LMCache's S3 "
-        "breaker (restart the host's LMCache server and vLLM, or run `deploykit up`).",
-        "lmcache-s3-breaker", "hits stopped after maintenance", {"host": "serve1"},
-        [(_series("vllm:external_prefix_cache_queries_total", **vllm), "0+100x100"),
-         (_series("vllm:external_prefix_cache_hits_total", **vllm), "0+50x60 3000x40")],
-        [(_series("vllm:external_prefix_cache_queries_total", **vllm), "0+100x100"),
-         (_series("vllm:external_prefix_cache_hits_total", **vllm), "0+50x100")],
-        100))
-    gateways = gateway_count(site)
-    if gateways:
-        probe = {"job": DNS_ANSWERS, "instance": "10.0.0.10:53", "host": "dns1"}
-        found.append(Alert(
-            "DeploykitDnsAnswersShort",
-            f'probe_dns_answer_rrs{{job="{DNS_ANSWERS}"}} < {gateways} '
-            f'or probe_success{{job="{DNS_ANSWERS}"}} == 0',
-            "2m", "critical",
-            f"{{{{ $labels.host }}}} answers {s.deploykit_s3_fqdn} with fewer than {gateways} "
-            "addresses",
-            f"Every DNS server should answer the S3 name with one address per concentrator "
-            f"({gateways}); fewer means a gateway left Consul's healthy set, or the probe "
-            "failed. Clients then crowd the gateways that remain.",
-            "dns-answer-count", "too few dns answers",
-            {"host": "dns1", "instance": "10.0.0.10:53", "job": DNS_ANSWERS},
-            [(_series("probe_dns_answer_rrs", **probe), f"{gateways - 1}x10"),
-             (_series("probe_success", **probe), "1x10")],
-            [(_series("probe_dns_answer_rrs", **probe), f"{gateways}x10"),
-             (_series("probe_success", **probe), "1x10")],
-            10))
-    hp = {"job": HAPROXY, "instance": "10.0.0.10:1967", "host": "rgw1"}
-    found.append(Alert(
-        "DeploykitConcentratorDown", f'up{{job="{HAPROXY}"}} == 0', "1m", "critical",
-        "{{ $labels.host }}: the S3 concentrator does not answer",
-        "Prometheus cannot scrape this host's HAProxy: the concentrator is stopped or the "
-        "host is down, and its gateways serve no client.",
-        "s3-concentrator-reachable", "connection refused",
-        {"host": "rgw1", "instance": "10.0.0.10:1967", "job": HAPROXY},
-        [(_series("up", **hp), "1 1 0x8")], [(_series("up", **hp), "1x10")], 5))
-    gw = {**hp, "proxy": "rgw", "server": "rgw1-a", "state": "UP"}
-    found.append(Alert(
-        "DeploykitGatewayDown",
-        f'haproxy_server_status{{job="{HAPROXY}",proxy="rgw",state="UP"}} == 0', "5m",
-        "warning",
-        "{{ $labels.host }}: gateway {{ $labels.server }} is not UP in its concentrator",
-        "A radosgw behind this concentrator fails HAProxy's health check for 5 minutes "
-        "(longer than a rolling restart's drain): its share of requests goes to the others.",
-        "ceph-rgw-daemons", "gateway down",
-        {"host": "rgw1", "instance": "10.0.0.10:1967", "job": HAPROXY, "proxy": "rgw",
-         "server": "rgw1-a", "state": "UP"},
-        [(_series("haproxy_server_status", **gw), "1 1 0x12")],
-        [(_series("haproxy_server_status", **gw), "1x14")], 10))
-    slow = s.monitoring_rgw_latency_seconds
-    lat = {**hp, "proxy": "rgw", "server": "rgw1-a"}
-    found.append(Alert(
-        "DeploykitRgwSlow",
-        "max by (host, server) (haproxy_server_response_time_average_seconds"
-        f'{{job="{HAPROXY}",proxy="rgw"}}) > {slow}',
-        "5m", "warning",
-        "{{ $labels.host }}: gateway {{ $labels.server }} answers slowly",
-        f"HAProxy's average response time of this gateway over its last 1024 requests is "
-        f"above {slow} s (monitoring_rgw_latency_seconds). No exporter here publishes an RGW "
-        "percentile, so this is the closest measure of its op latency; a remote hit that "
-        "waits this long may lose to recompute.",
-        "s3-roundtrip", "TTFT high with remote", {"host": "rgw1", "server": "rgw1-a"},
-        [(_series("haproxy_server_response_time_average_seconds", **lat), f"{slow * 2}x15")],
-        [(_series("haproxy_server_response_time_average_seconds", **lat), f"{slow / 2}x15")],
-        10))
-    free = s.monitoring_shm_free_ratio
-    shm = {"job": NODE, "instance": "10.0.0.30:9100", "host": "serve1",
-           "mountpoint": "/dev/shm", "fstype": "tmpfs", "device": "tmpfs"}
-    size = 64 * 2**30
-    found.append(Alert(
-        "DeploykitShmNearlyFull",
-        f'node_filesystem_avail_bytes{{job="{NODE}",mountpoint="/dev/shm"}} / '
-        f'node_filesystem_size_bytes{{job="{NODE}",mountpoint="/dev/shm"}} < {free}',
-        "5m", "warning",
-        "{{ $labels.host }}: /dev/shm nearly full",
-        f"Less than {free:.0%} of /dev/shm is free (monitoring_shm_free_ratio): LMCache's "
-        "shared segments or the CPU KV cache will fail with a bus error.",
-        "dev-shm-capacity", "/dev/shm no space left",
-        {k: v for k, v in shm.items() if k != "job"} | {"job": NODE},
-        [(_series("node_filesystem_size_bytes", **shm), f"{size}x10"),
-         (_series("node_filesystem_avail_bytes", **shm), f"{int(size * free / 2)}x10")],
-        [(_series("node_filesystem_size_bytes", **shm), f"{size}x10"),
-         (_series("node_filesystem_avail_bytes", **shm), f"{int(size * (1 + free) / 2)}x10")],
-        8))
-    return found
+def alert_switches(site: Site) -> dict[str, bool]:
+    """alerts.yaml's `when` names: an alert whose switch is off is left out."""
+    return {
+        # a ratio is never below 0: a target of 0 turns the hit ratio alert off
+        "hit_ratio_target": site.settings.monitoring_hit_ratio_target > 0,
+        "gateways": gateway_count(site) > 0,
+    }
+
+
+_PLACEHOLDER = re.compile(r"\$\{(\w+)\}")  # not `$labels`: that one is Prometheus's
+
+
+def _fill(data: Any, values: dict[str, str]) -> Any:
+    """A copy of `data` with `${name}` replaced in every string; a name without a value,
+    or a value YAML read as a number, is a mistake in alerts.yaml and raises."""
+    if isinstance(data, dict):
+        return {key: _fill(value, values) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_fill(value, values) for value in data]
+    if not isinstance(data, str):
+        raise TypeError(f"alerts.yaml: {data!r} is not a string: quote it")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], data)
+
+
+def _cases(series: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(_series(s["metric"], **s["labels"]), s["values"]) for s in series]
+
+
+def _alert(entry: dict[str, Any]) -> Alert:
+    return Alert(name=entry["alert"], expr=entry["expr"], for_=entry["for"],
+                 severity=entry["severity"], summary=entry["summary"],
+                 description=entry["description"], verify_check=entry["verify_check"],
+                 doctor_symptom=entry["doctor_symptom"], labels=entry["labels"],
+                 firing=_cases(entry["firing"]), healthy=_cases(entry["healthy"]),
+                 eval_time=entry["eval_time"])
+
+
+def alerts(site: Site) -> list[Alert]:
+    """data/alerts.yaml with this site's values, less the alerts it switches off."""
+    switches = alert_switches(site)
+    wanted = [e for e in _alert_data() if "when" not in e or switches[e["when"]]]
+    return [_alert(entry) for entry in _fill(wanted, alert_values(site))]
 
 
 RECORDS = {
@@ -384,13 +317,13 @@ def rule_tests(site: Site, rules_file: str = "rules.yml",
         expected = {k: _expand(v, labels) for k, v in alert.annotations().items()}
         tests.append({"interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in firing],
-                      "alert_rule_test": [{"eval_time": f"{alert.eval_minutes}m",
+                      "alert_rule_test": [{"eval_time": alert.eval_time,
                                            "alertname": alert.name,
                                            "exp_alerts": [{"exp_labels": labels,
                                                            "exp_annotations": expected}]}]})
         tests.append({"interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in alert.healthy],
-                      "alert_rule_test": [{"eval_time": f"{alert.eval_minutes}m",
+                      "alert_rule_test": [{"eval_time": alert.eval_time,
                                            "alertname": alert.name, "exp_alerts": []}]})
     return {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": tests}
 

@@ -296,3 +296,16 @@ def test_the_journal_counter_counts_only_new_lines_per_process(tmp_path: Path) -
                              input=(tmp_path / "deploykit_lmcache.prom").read_text(),
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_alert_data_refuses_an_unknown_name_and_an_unquoted_number() -> None:
+    """alerts.yaml is filled in strictly: a `${name}` the site has no value for, or a value
+    YAML read as a number (`0x15` is 21 to YAML, "0 fifteen times" to promtool), raises."""
+    from deploy_kit.render.monitoring import _fill
+
+    assert _fill({"expr": 'up{job="${job}"} == 0', "labels": ["$labels.host"]},
+                 {"job": "j"}) == {"expr": 'up{job="j"} == 0', "labels": ["$labels.host"]}
+    with pytest.raises(KeyError):
+        _fill("${nothing}", {})
+    with pytest.raises(TypeError, match="quote it"):
+        _fill({"values": yaml.safe_load("v: 0x15")["v"]}, {})
