@@ -127,7 +127,6 @@ def monitoring_cluster_files(site: Site) -> dict[str, RenderedFile]:
 def cluster_files(site: Site) -> dict[str, RenderedFile]:
     s = site.settings
     files = {
-        "ceph/rgw-pools.sh": RenderedFile(storage.render_pools_script(site), mode=0o755),
         "s3/lifecycle.json": RenderedFile(
             json.dumps(storage.lifecycle_rules(s), indent=2) + "\n"),
     }

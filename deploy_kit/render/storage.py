@@ -1,4 +1,4 @@
-"""Ceph side: pool commands, cephadm RGW spec, packages-mode gateway config, concentrator."""
+"""Ceph side: cephadm RGW spec, packages-mode gateway config, concentrator, bucket expiry."""
 
 from __future__ import annotations
 
@@ -93,14 +93,6 @@ def rgw_spec(site: Site) -> dict[str, Any]:
 
 def render_rgw_spec(site: Site) -> str:
     return dump_yaml(rgw_spec(site))
-
-
-def render_pools_script(site: Site) -> str:
-    admin = site.group("ceph_admin")
-    c = admin[0].config if admin else site.settings
-    return render_template(
-        "rgw-pools.sh.j2", pools=c.ceph_rgw_pools_list, noautoscale=c.ceph_rgw_pools_noautoscale,
-        noautoscale_flag=compat.ceph(c.deploykit_ceph_version).has_noautoscale_flag)
 
 
 def lifecycle_rules(c: HostConfig) -> dict[str, Any]:

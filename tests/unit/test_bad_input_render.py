@@ -1,5 +1,5 @@
-"""Issue 10 beyond the inventory corpus: render never leaves OUT, shell text is quoted, the
-plan refuses a TP that cannot work, and vllm_serial from group_vars reaches plan and up."""
+"""Bad input beyond the inventory corpus (test_bad_inventories.py): render never leaves OUT,
+the plan refuses a TP that cannot work, and vllm_serial from group_vars reaches plan and up."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_render_refuses_a_symlinked_directory_in_out(tmp_path: Path) -> None:
 def test_render_refuses_a_symlinked_file_in_out(tmp_path: Path) -> None:
     out, victim = tmp_path / "out", tmp_path / "victim"
     victim.write_text("keep me\n")
-    target = out / "_cluster" / "ceph" / "rgw-pools.sh"
+    target = out / "_cluster" / "s3" / "lifecycle.json"
     target.parent.mkdir(parents=True)
     target.symlink_to(victim)
     result = run("render", "-i", "example", "-o", str(out))
@@ -69,15 +69,6 @@ def test_rerender_over_an_existing_tree_works(tmp_path: Path) -> None:
     assert write_tree(tree, tmp_path) == first
     creds = tmp_path / "gpu-h100-1" / "etc" / "deploykit" / "aws" / "credentials"
     assert creds.stat().st_mode & 0o777 == 0o600
-
-
-def test_pool_names_are_shell_quoted(make_inventory: InventoryFactory) -> None:
-    site = open_site(str(make_inventory(ceph_admin={"ceph_rgw_pools_list": [
-        {"name": "a.b_c-d", "pg_num": 64}]})))
-    script = render_site(site)["_cluster"]["ceph/rgw-pools.sh"].content
-    for line in script.splitlines():
-        if line.startswith("ceph osd pool create"):
-            assert shlex.split(line)[4] == "a.b_c-d"
 
 
 def test_chunk_layout_refuses_tp_that_does_not_divide_kv_heads() -> None:
