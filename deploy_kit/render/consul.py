@@ -106,26 +106,6 @@ def acl_plan(host: Host) -> dict[str, Any]:
     }
 
 
-def secrets_config(host: Host, is_server: bool) -> dict[str, Any]:
-    """The secret part of the agent config (what the role writes to SECRETS_PATH)."""
-    c = host.config
-
-    def value(secret: Any) -> str | None:
-        return secret.get_secret_value() if secret is not None else None
-
-    cfg: dict[str, Any] = {}
-    if c.consul_acl_enabled:
-        tokens = {"agent": value(c.consul_acl_agent_token),
-                  "config_file_service_registration": value(c.consul_acl_service_token),
-                  "default": value(c.consul_acl_dns_token)}
-        if is_server:
-            tokens["initial_management"] = value(c.consul_acl_management_token)
-        cfg["acl"] = {"tokens": {k: v for k, v in tokens.items() if v}}
-    if c.consul_gossip_encryption and c.consul_gossip_key is not None:
-        cfg["encrypt"] = value(c.consul_gossip_key)
-    return cfg
-
-
 def s3_service(host: Host) -> dict[str, Any]:
     """Registered on every RGW host; healthy only while its concentrator has a live gateway."""
     c = host.config

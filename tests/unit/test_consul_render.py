@@ -1,4 +1,4 @@
-"""Consul rendering options (issue 11): failover timing, ACLs and gossip encryption, and the
+"""Consul rendering options: failover timing, ACLs and gossip encryption, and the
 rule that checks their secrets' shape. Secrets never reach a rendered file."""
 
 from __future__ import annotations
@@ -55,18 +55,6 @@ def test_options_render_into_the_agent_config_without_secrets(make_inventory, tm
     written = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
     for secret in [*TOKENS.values(), KEY]:
         assert secret.encode() not in written
-
-
-def test_secrets_config_is_what_the_role_writes(make_inventory) -> None:  # type: ignore[no-untyped-def]
-    site = secure_site(make_inventory)
-    server = consul.secrets_config(site.hosts["c1"], is_server=True)
-    assert server == {"acl": {"tokens": {
-        "agent": TOKENS["consul_acl_agent_token"],
-        "config_file_service_registration": TOKENS["consul_acl_service_token"],
-        "default": TOKENS["consul_acl_dns_token"],
-        "initial_management": TOKENS["consul_acl_management_token"]}}, "encrypt": KEY}
-    client = consul.secrets_config(site.hosts["rgw1"], is_server=False)
-    assert "initial_management" not in client["acl"]["tokens"]
 
 
 def test_malformed_secrets_are_refused(make_inventory) -> None:  # type: ignore[no-untyped-def]
