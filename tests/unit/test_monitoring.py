@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -191,6 +192,49 @@ def parse_errors(queries: list[str], tmp_path: Path) -> str:
     path.write_text(yaml.safe_dump(rules))
     result = promtool("check", "rules", str(path), cwd=tmp_path)
     return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+# tests/golden/example carries the dashboard and the rules whole (test_golden.py
+# MONITORING_ONCE); each other golden case's S3 name and gateway count, against the
+# example's s3.cephlab.com and 4 gateways
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN_SITES = {"cpu-server": ("s3.cpu.test", 2), "disk-tier": ("s3.cephlab.com", 2),
+                "dram-only": ("s3.cephlab.com", 2), "legacy-versions": ("s3.old.test", 2),
+                "nixl-gpu-buffer": ("s3.cephlab.com", 2), "packages-static": ("s3.lab.test", 2)}
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_SITES))
+def test_golden_cases_monitoring_differs_only_in_site_values(
+        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case renders the example's golden dashboard.json, rules.yml and rules.test.yml
+    byte for byte, with its own S3 name and gateway count where the example has its own."""
+    monkeypatch.setenv("DK_GOLDEN_ACCESS", "GOLDENACCESSKEY")
+    monkeypatch.setenv("DK_GOLDEN_SECRET", "golden-secret-not-real")
+    fqdn, gateways = GOLDEN_SITES[case]
+    rendered = render_site(open_site(str(GOLDEN / case / "inventory")))["_cluster"]
+    ours = {  # the example's text -> this case's; replaced all at once, each must occur
+        "dashboard.json": {"(s3.cephlab.com)": f"({fqdn})"},
+        "rules.yml": {"s3.cephlab.com": fqdn, '"} < 4 or': f'"}} < {gateways} or',
+                      "fewer than 4 addresses": f"fewer than {gateways} addresses",
+                      "concentrator (4)": f"concentrator ({gateways})"},
+        "rules.test.yml": {"s3.cephlab.com": fqdn,
+                           "fewer than 4 addresses": f"fewer than {gateways} addresses",
+                           "concentrator (4)": f"concentrator ({gateways})",
+                           # DeploykitDnsAnswersShort's firing and healthy probe series
+                           "values: 3x10": f"values: {gateways - 1}x10",
+                           "values: 4x10": f"values: {gateways}x10"}}
+    for name, table in ours.items():
+        example = (GOLDEN / "example" / "expected" / "_cluster" / "monitoring" / name
+                   ).read_text()
+        for old in table:  # a replacement that finds nothing would prove nothing
+            assert old in example, (name, old)
+        assert rendered[f"monitoring/{name}"].content == replace_all(example, table), \
+            f"{case}: {name}"
+
+
+def replace_all(text: str, table: dict[str, str]) -> str:
+    """Each key of `table` by its value, at once (no replacement sees another's result)."""
+    return re.sub("|".join(map(re.escape, table)), lambda m: table[m.group()], text)
 
 
 def test_blackbox_module_probes_the_s3_name(make_inventory: InventoryFactory,
