@@ -1,4 +1,4 @@
-"""Issue 22: the rendered scrape targets, alert rules, rule tests and dashboard, checked by
+"""Monitoring: the rendered scrape targets, alert rules, rule tests and dashboard, checked by
 Prometheus's own promtool (and the blackbox exporter's config check)."""
 
 from __future__ import annotations
