@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import annotated_types
 import yaml
 from pydantic import BaseModel, SecretStr
 
@@ -127,17 +126,15 @@ def _type_name(annotation: Any) -> str:
 
 
 def _constraints(metadata: list[Any]) -> str:
+    """Pydantic's range, length and pattern constraints of one field, as words."""
     words: list[str] = []
     for item in metadata:
-        for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+        for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"),
+                             ("min_length", "length ≥"), ("max_length", "length ≤")):
             value = getattr(item, attr, None)
-            if value is not None and isinstance(item, annotated_types.BaseMetadata):
+            if isinstance(value, int | float):
                 words.append(f"{symbol} {value:,}" if isinstance(value, int) else
                              f"{symbol} {value}")
-        if isinstance(item, annotated_types.MinLen):
-            words.append(f"length ≥ {item.min_length}")
-        if isinstance(item, annotated_types.MaxLen):
-            words.append(f"length ≤ {item.max_length}")
         pattern = getattr(item, "pattern", None)
         if isinstance(pattern, str):
             words.append(f"matches `{pattern}`")
