@@ -151,7 +151,8 @@ def _value(value: Any) -> str:
                  for v in value]
     if isinstance(value, str) and not value:
         return '`""`'
-    text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
+    text = value if isinstance(value, str) else \
+        json.dumps(value, separators=(", ", ": "), default=str)
     return f"`{text}`"
 
 
