@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DK     := $(BIN)/deploykit
 
-.PHONY: install test test-lab unit lint golden lab lab-down bench clean plan-example dist ee-context \
+.PHONY: install test test-lab unit lint golden docs lab lab-down bench clean plan-example dist ee-context \
         lab-prefetch-background
 
 install: $(DK)
@@ -53,6 +53,10 @@ lint: install
 
 golden: install
 	$(BIN)/pytest tests/unit/test_golden.py --update-golden
+
+## docs/settings.md, generated from the settings model and the roles' argument specs.
+docs: install
+	$(BIN)/python tools/settings_reference.py
 
 bench: install
 	$(BIN)/python bench/plan_render.py

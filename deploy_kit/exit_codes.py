@@ -4,7 +4,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Exit status of every deploykit command (also listed in the README)."""
+    """Exit status of every deploykit command (also the table in README.md "Exit codes")."""
 
     OK = 0
     INTERNAL_ERROR = 1  # a bug in deploykit: please report it with --debug output

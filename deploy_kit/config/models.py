@@ -361,7 +361,7 @@ class HostConfig(BaseModel):
     monitoring_hit_ratio_target: float = Field(default=0.5, ge=0, le=1)
     monitoring_hit_ratio_for: str = Field(default="15m", pattern=_DURATION)
     # HAProxy's average response time of one gateway over its last 1024 requests (no
-    # exporter here has an RGW percentile: see README "Monitoring")
+    # exporter here has an RGW percentile: see docs/monitoring.md)
     monitoring_rgw_latency_seconds: float = Field(default=1.0, gt=0, le=3600)
     monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
     # `up` enables Ceph's mgr `prometheus` module; where Prometheus scrapes it (host:port).

@@ -109,12 +109,12 @@ def _fix_for(error: dict[str, Any]) -> str:
     if kind == "string_pattern_mismatch":
         return f"match {ctx.get('pattern')}"
     if kind == "extra_forbidden":
-        return "remove it (see README for the supported keys)"
+        return "remove it (see docs/settings.md for the supported keys)"
     if kind == "missing":
         return "add it"
     if kind == "value_error" and "|" in str(ctx.get("error", "")):
         return str(ctx["error"]).split("|", 1)[1].strip()
-    return "see README for the accepted values"
+    return "see docs/settings.md for the accepted values"
 
 
 def _model_dir_problem(model: Path, root: Path) -> str | None:
@@ -264,7 +264,7 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                 close = difflib.get_close_matches(key, owned, n=1)
                 problems.append(Problem(src, key, "unknown key",
                                         f"did you mean {close[0]}?" if close else
-                                        "remove it (see README for the supported keys)",
+                                        "remove it (see docs/settings.md for the supported keys)",
                                         hosts=(name,)))
                 continue
             if key not in owned:

@@ -1,7 +1,7 @@
 """Lab sessions: each package under tests/lab/ is one session with one lab profile,
 `deploykit lab up --profile P` with P's settings from the start, one cold converge, its
 tests, then `deploykit lab down`. `tests/lab/core` is the one session `make test` runs;
-`make test-lab` runs the others (README "Test tiers").
+`make test-lab` runs the others (docs/testing.md).
 
 A package's conftest.py declares its session: `lab, converged = session_fixtures("plain")`.
 Every deploykit call and every test's duration is appended to runs/lab-suite/timings.json.

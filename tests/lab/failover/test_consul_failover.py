@@ -4,7 +4,7 @@ A gateway (HAProxy + every radosgw on one RGW host) stops: every DNS server must
 answering that host within check interval + DNS TTL, S3 through the name and `verify`'s
 round trips keep passing through the other host, and verify names the dead one. Restored,
 the address returns within the same bound. Then the same for the whole host (its container
-powered off). The measured figures are printed (pytest -s) and quoted in the README.
+powered off). The measured figures are printed (pytest -s) and quoted in docs/lab.md.
 """
 
 from __future__ import annotations
