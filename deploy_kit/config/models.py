@@ -152,6 +152,8 @@ class HostConfig(BaseModel):
     # inventory in deploykit_tls_dir. Set: controller paths of an existing CA (PEM) whose
     # key may be read by its owner only. The concentrator certificates are issued from it.
     deploykit_tls_ca_cert: str | None = None
+    # controller path of an existing CA's private key (PEM, no group/other access);
+    # set with deploykit_tls_ca_cert
     deploykit_tls_ca_key: str | None = None
     # controller directory (0700) for the created CA and the issued certificates; relative
     # paths are relative to the inventory directory; default <inventory>/.deploykit-tls
@@ -163,10 +165,16 @@ class HostConfig(BaseModel):
     deploykit_tls_cert_days: int = Field(default=365, ge=2, le=3650)
     deploykit_s3_access_key: SecretStr | None = None
     deploykit_s3_secret_key: SecretStr | None = None
+    # S3 name's answers: consul (Consul's healthy concentrators; needs consul_servers)
+    # or static (all RGW hosts)
     deploykit_dns_mode: Literal["consul", "static"] = "consul"
+    # TTL (s) of the S3 name's answers (Consul service_ttl / zone $TTL);
+    # rolling restarts wait it out after a drain
     deploykit_dns_ttl: int = Field(default=5, ge=0, le=3600)
     deploykit_ceph_version: str = "20.2.4"  # newest compat.yaml `verified` release
+    # OSDs in the cluster: `plan` reports PG replicas per OSD (warns above 250); unset: not computed
     deploykit_ceph_osd_count: int | None = Field(default=None, ge=1, le=100_000)
+    # tokens the shared cache should hold; `plan` sizes the bucket's capacity from it
     deploykit_cache_target_tokens: int = Field(default=100_000_000, ge=0, le=10**15)
     deploykit_address: str | None = None  # defaults to ansible_host
     # `plan`'s break-even table: the GET throughput one serving host gets from S3, Gbit/s
@@ -174,6 +182,7 @@ class HostConfig(BaseModel):
     deploykit_storage_gbps: float = Field(default=25.0, gt=0, le=100_000)
     # packages-mode gateways need the cluster's identity (`ceph config generate-minimal-conf`)
     deploykit_ceph_fsid: str | None = Field(default=None, pattern=r"^[0-9a-f-]{36}$")
+    # packages mode (required): the `mon host` of the gateways' ceph.conf (generate-minimal-conf)
     deploykit_ceph_mon_host: str | None = None
     deploykit_ceph_conf: str = "/etc/ceph/ceph.conf"  # on the ceph_admin host
 
@@ -184,19 +193,26 @@ class HostConfig(BaseModel):
     # All three set: the spec names them and writes the S3 name into the zonegroup's
     # hostnames. Unset (single site): `rgw_dns_name` alone routes virtual-hosted requests.
     ceph_rgw_realm: str | None = None
+    # multisite: the zonegroup name (set with ceph_rgw_realm and ceph_rgw_zone, or none of them)
     ceph_rgw_zonegroup: str | None = None
+    # multisite: the zone name (set with ceph_rgw_realm and ceph_rgw_zonegroup, or none of them)
     ceph_rgw_zone: str | None = None
     ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
     ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
+    # login of the concentrator's HAProxy stats page (/stats on the monitor port)
     ceph_rgw_concentrator_monitor_user: str = "admin"
+    # CIDRs: cephadm spec `networks` (where gateways bind); IP ranges the created CA may vouch for
     ceph_rgw_networks: list[str] = Field(default_factory=list)
     ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64, le=10_000_000)  # needs 2x fds
+    # seconds a stopping radosgw gives requests in flight; cephadm's container stop waits 10 s more
     ceph_rgw_exit_timeout_secs: int = Field(default=120, ge=0, le=3600)
     # rolling restarts: how long a drain may wait for DNS to drop (or re-add) a host and for
     # a gateway's open requests to finish before the run fails
     ceph_rgw_drain_timeout: int = Field(default=120, ge=1, le=3600)
+    # packages mode: `rgw thread pool size` of each gateway (cephadm mode does not set it)
     ceph_rgw_thread_pool_size: int = Field(default=512, ge=8, le=65536)
+    # cores of each RGW host: ceph_rgw_count_per_host may not exceed it (unset: not checked)
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
     ceph_rgw_pools_noautoscale: bool = True
@@ -211,24 +227,33 @@ class HostConfig(BaseModel):
     ceph_rgw_concentrator_monitor_password: SecretStr | None = None
 
     # --- consul / coredns / resolver: one name, one A record per concentrator -------------
-    consul_datacenter: str = "dc1"
+    consul_datacenter: str = "dc1"  # Consul datacenter of every agent (a DNS label)
     consul_data_dir: str = "/opt/consul"
+    # Consul servers to wait for before the first leader election; unset: all consul_servers hosts
     consul_bootstrap_expect: int | None = Field(default=None, ge=1, le=99)
+    # Consul's DNS port on each agent; CoreDNS forwards the S3 name to it on every Consul server
     consul_dns_port: int = Field(default=8600, ge=1, le=65535)
     consul_http_port: int = Field(default=8500, ge=1, le=65535)
     # Consul's HTTP API (and gRPC): loopback by default, since with ACLs off anyone who
     # reaches it can register an `s3` instance. The roles and verify use it on the host
     # itself; DNS listens on the host's address as well (CoreDNS forwards to it).
     consul_http_address: str = "127.0.0.1"
+    # Consul service each RGW host registers; CoreDNS rewrites the S3 name to <name>.service.consul
     consul_service_name: str = "s3"
+    # how often Consul checks each concentrator's /health; a failing host drops out of DNS answers
     consul_check_interval: str = Field(default="10s", pattern=r"^\d+(ms|s|m)$")
+    # timeout of Consul's /health check of each concentrator (a slower answer fails the check)
     consul_check_timeout: str = Field(default="2s", pattern=r"^\d+(ms|s|m)$")
     # 1.16.x is the last MPL-2.0 line (1.17 and later are BUSL); 1.16.3 its newest release
     consul_version: str = "1.16.3"
+    # port CoreDNS answers on; hosts using deploykit's resolv.conf can only ask port 53
     coredns_port: int = Field(default=53, ge=1, le=65535)
+    # resolvers for all other names: IP[:port] or resolv.conf paths; empty: only the S3 name
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
+    # CoreDNS's `health` endpoint (HTTP /health)
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
     coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
+    # CoreDNS's Prometheus metrics (`prometheus` plugin), scraped by the monitoring host
     coredns_metrics_port: int = Field(default=9153, ge=1, le=65535)
     coredns_version: str = "1.12.1"
     coredns_binary_src: str | None = None  # a binary on the controller (air-gapped, lab)
@@ -253,41 +278,61 @@ class HostConfig(BaseModel):
     consul_archive_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     consul_raft_multiplier: int | None = Field(default=None, ge=1, le=10)  # 1: fastest failover
     consul_leave_on_terminate: bool | None = None  # None: Consul's default (clients leave)
+    # Consul's retry_interval between retry_join attempts (e.g. 5s); unset: Consul's default
     consul_retry_interval: str | None = Field(default=None, pattern=r"^\d+(ms|s|m)$")
     # ACLs (default deny) and gossip encryption; the tokens and key come from the vault
     consul_acl_enabled: bool = False
+    # ACL default_policy: deny grants only what a token's policies allow; allow permits the rest
     consul_acl_default_policy: Literal["deny", "allow"] = "deny"
     consul_acl_management_token: SecretStr | None = None  # initial_management (servers)
     consul_acl_agent_token: SecretStr | None = None  # node registration, every agent
     consul_acl_service_token: SecretStr | None = None  # registers the s3 service
     consul_acl_dns_token: SecretStr | None = None  # default token: DNS, verify (read only)
+    # encrypt and verify Consul gossip with consul_gossip_key (from the vault; required then)
     consul_gossip_encryption: bool = False
     consul_gossip_key: SecretStr | None = None  # `consul keygen`: base64 of 32 bytes
     resolver_manage: bool = True
 
     # --- lmcache ----------------------------------------------------------------------
     lmcache_version: str = "0.5.6"
+    # LMCache's store: s3 (the bucket), nixl (the bucket via NIXL OBJ), dram (host RAM only),
+    # disk (lmcache_disk_path)
     lmcache_mode: LMCacheMode = "s3"
+    # tokens per LMCache chunk (one S3 object per rank);
+    # a multiple of the vLLM block size, one value fleet-wide
     lmcache_chunk_size: int = Field(default=256, ge=1, le=1_048_576)
     lmcache_local_cpu: bool | None = None  # None: the mode's default
     lmcache_max_local_cpu_size: float | None = Field(default=None, ge=0, le=65536)  # GB per worker
+    # also store a prefix's partial last chunk; must stay false with s3 and nixl (they refuse those)
     lmcache_save_unfull_chunk: bool = False
+    # LMCache's enable_async_loading: asynchronous lookups and loads in vLLM (in-process topology)
     lmcache_enable_async_loading: bool = True
+    # seconds LMCache waits for each remote get (blocking_timeout_secs; in-process topology)
     lmcache_blocking_timeout_secs: int = Field(default=100, ge=1, le=86400)
+    # serialiser for s3/nixl objects (in-process); naive stores raw KV, the size `plan` assumes
     lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
     lmcache_s3_num_io_threads: int = Field(default=64, ge=1, le=4096)
     lmcache_s3_prefer_http2: bool = False
     lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1, le=65536)  # 0.3.x only
+    # NIXL storage plugin for lmcache_mode nixl; the backend params deploykit writes are OBJ's (S3)
     lmcache_nixl_backend: str = "OBJ"
     # 0: dynamic, content-addressed
     lmcache_nixl_pool_size: int = Field(default=0, ge=0, le=10_000_000)
+    # NIXL's staging buffer in nixl mode: cpu (LMCache's CPU pool) or cuda (GPU memory;
+    # CUDA/ROCm hosts only)
     lmcache_nixl_buffer_device: Literal["cpu", "cuda"] = "cpu"
+    # bytes of NIXL's buffer with lmcache_nixl_buffer_device cuda (required there), a multiple
+    # of the chunk object size; unset with cpu
     lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1, le=2**42)
     # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the lmcache
     # role adds the site CA to): Debian/Ubuntu's; RHEL family: /etc/pki/tls/certs/ca-bundle.crt
     lmcache_nixl_ca_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
+    # disk mode: directory LMCache keeps chunks in (in-process: local_disk; server: its fs L2)
     lmcache_disk_path: str = "/var/cache/lmcache"
+    # disk mode, in-process topology: GB LMCache may keep in lmcache_disk_path (max_local_disk_size)
     lmcache_max_local_disk_size: float = Field(default=100.0, ge=0, le=10**6)
+    # keys merged last into lmcache.yaml's extra_config (they win);
+    # unknown s3_* keys and credentials are refused
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True
@@ -300,43 +345,63 @@ class HostConfig(BaseModel):
     lmcache_server_http_port: int = Field(default=6556, ge=1, le=65535)  # health, admin
     lmcache_server_metrics_port: int = Field(default=6557, ge=1, le=65535)  # Prometheus
     lmcache_server_l1_size_gb: float = Field(default=1.0, gt=0, le=65536)  # DRAM tier, GB
+    # the LMCache server's L1 (DRAM) eviction policy (--eviction-policy)
     lmcache_server_eviction_policy: Literal["LRU"] = "LRU"
+    # the LMCache server's worker threads (--max-workers)
     lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
     # vLLM's wait for the server, s
     lmcache_server_mq_timeout: int = Field(default=120, ge=1, le=86400)
 
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.34.0"  # newest compat.yaml row (checked against its wheel)
+    # required on vllm hosts: cuda, rocm, gaudi3 or cpu; picks builds, env and default block size
     vllm_accelerator: Accelerator | None = None
     # the planner's device (peak FLOPS table in deploy_kit/plan/breakeven.py); None: h100 on
     # cuda, mi300x on rocm, gaudi3, cpu
     vllm_accelerator_model: Literal["h100", "h200", "mi300x", "gaudi3", "cpu"] | None = None
     # measured prefill TFLOPS per device (bench/gpu-prefill.py); replaces peak x efficiency
     vllm_prefill_tflops: float | None = Field(default=None, gt=0, le=100_000)
+    # HF model id or an absolute controller path (staged to vllm_models_dir); same string fleet-wide
     vllm_model: str = "Qwen/Qwen3-32B"
     vllm_model_config: str | None = None  # local HF config.json for geometry
     # where a local model directory (vllm_model: /path on the controller) is staged on hosts
     vllm_models_dir: str = "/var/lib/vllm/models"
+    # --tensor-parallel-size; each rank stores its own object per chunk; same on every vllm host
     vllm_tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    # --pipeline-parallel-size (TP x PP is part of the object names); one value on every vllm host
     vllm_pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
+    # --kv-cache-dtype (auto: the model's dtype); sets KV bytes per token and object names;
+    # one value fleet-wide
     vllm_kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16",
                                  "float16"] = "auto"
-    vllm_dtype: str = "auto"
+    vllm_dtype: str = "auto"  # --dtype of weights and activations (auto: not passed, vLLM picks)
+    # --block-size in tokens; unset: the pinned vLLM's default for the accelerator (compat.yaml)
     vllm_block_size: int | None = Field(default=None, ge=1, le=65536)
+    # --max-model-len in tokens (unset: the model's); must be at least lmcache_chunk_size
     vllm_max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    # --gpu-memory-utilization: share of device memory vLLM may take; unset: vLLM's default
     vllm_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    # rope scaling for longer contexts (e.g. yarn, factor);
+    # passed as --rope-scaling or --hf-overrides per vLLM
     vllm_rope_scaling: dict[str, Any] | None = None
     vllm_port: int = Field(default=8000, ge=1, le=65535)
+    # PYTHONHASHSEED for vLLM and the LMCache server; seeds chunk hashes, so one value fleet-wide
     vllm_python_hash_seed: int = Field(default=67, ge=0, le=4294967295)
     # None: follows lmcache_topology (LMCacheConnectorV1 inprocess, LMCacheMPConnector server)
     vllm_kv_connector: str | None = None
+    # kv_role of --kv-transfer-config: this vLLM produces KV, consumes it, or both
     vllm_kv_role: Literal["kv_both", "kv_producer", "kv_consumer"] = "kv_both"
+    # fields merged into --kv-transfer-config (they win); only fields the pinned vLLM accepts
     vllm_kv_transfer_extra: dict[str, Any] = Field(default_factory=dict)
+    # words appended to vLLM's argv after deploykit's flags (a secret's value there is refused)
     vllm_extra_args: list[str] = Field(default_factory=list)
+    # variables added to vllm.env (0644) over deploykit's own; credentials there are refused
     vllm_extra_env: dict[str, str] = Field(default_factory=dict)
     vllm_venv: str = "/opt/vllm"
     vllm_user: str = "vllm"
+    # serving hosts `up` restarts at a time (serving.yml serial), as the vllm group sets it
     vllm_serial: int = Field(default=1, ge=1, le=10_000)
+    # read by nothing at present: no render, rule or role uses it
     vllm_concurrent_requests: int = Field(default=16, ge=1, le=1_000_000)
     vllm_install: bool = True
     vllm_wheel_dir: str = ""
@@ -347,6 +412,7 @@ class HostConfig(BaseModel):
     # vllm-gaudi: VLLM_BUCKETING_STRATEGY (exp, the plugin's default, prepares long-context
     # buckets itself); warm-up skipping is for development only
     vllm_gaudi_bucketing_strategy: Literal["exp", "lin", "pad"] = "exp"
+    # gaudi3 hosts: VLLM_SKIP_WARMUP=true (skips vllm-gaudi's warm-up)
     vllm_gaudi_skip_warmup: bool = False
     # cpu hosts: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; it lives in /dev/shm)
     vllm_cpu_kvcache_space: int = Field(default=1, ge=1, le=4096)
@@ -355,26 +421,33 @@ class HostConfig(BaseModel):
 
     # --- monitoring: Prometheus targets, alert rules and a dashboard (render tree
     # _cluster/monitoring/); a `monitoring` group gets Prometheus itself -----------------
+    # Prometheus's scrape and evaluation interval; the S3 log counter timer runs at 2x it (≤ 30s)
     monitoring_scrape_interval: str = Field(default="15s", pattern=_DURATION)
     # the cross-host tier's goal: vLLM's external (LMCache) hit ratio per model, and for how
     # long it may stay below before the alert fires
     monitoring_hit_ratio_target: float = Field(default=0.5, ge=0, le=1)
+    # how long the hit ratio may stay below monitoring_hit_ratio_target before the alert fires
     monitoring_hit_ratio_for: str = Field(default="15m", pattern=_DURATION)
     # HAProxy's average response time of one gateway over its last 1024 requests (no
     # exporter here has an RGW percentile: see docs/monitoring.md)
     monitoring_rgw_latency_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # alert when less than this share of a serving host's /dev/shm stays free for 5 minutes
     monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
-    # `up` enables Ceph's mgr `prometheus` module; where Prometheus scrapes it (host:port).
-    # Empty: every ceph_admin host on 9283 (the module's default port)
+    # `up` enables Ceph's mgr `prometheus` module and Prometheus scrapes it; false: neither
     monitoring_ceph_mgr_prometheus: bool = True
+    # where Prometheus scrapes the mgr `prometheus` module (host:port); empty: every
+    # ceph_admin host on 9283 (the module's default port)
     monitoring_ceph_mgr_targets: list[str] = Field(default_factory=list)
     # serving hosts: /dev/shm and memory come from the node exporter (Debian's package,
     # installed by `up` when the site has a monitoring group)
     monitoring_node_exporter_install: bool = True
+    # the node exporter's port on serving hosts (scraped by Prometheus)
     monitoring_node_exporter_port: int = Field(default=9100, ge=1, le=65535)
     monitoring_prometheus_port: int = Field(default=9090, ge=1, le=65535)
+    # the blackbox exporter's port on the monitoring host (loopback); it probes CoreDNS's answers
     monitoring_blackbox_port: int = Field(default=9115, ge=1, le=65535)
     monitoring_alertmanager: bool = False
+    # Alertmanager's port on the monitoring host (loopback), with monitoring_alertmanager: true
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
 
     # --- value checks (issue 10): everything pasted into config text is typed -------------
