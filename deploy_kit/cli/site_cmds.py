@@ -17,7 +17,7 @@ def plan(inventory: InventoryOpt,
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
     from deploy_kit.plan.plan import build_plan
     from deploy_kit.tls import refuse_bad_ca
 

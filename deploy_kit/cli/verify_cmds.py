@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
 from deploy_kit.console import console, data_console, stdout
-from deploy_kit.errors import HostsUnreachable, VerifyFailed
+from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
 
 
 class RoundTripStore(StrEnum):

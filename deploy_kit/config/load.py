@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")

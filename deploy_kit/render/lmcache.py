@@ -6,8 +6,8 @@ from typing import Any
 
 import yaml
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
+from deploy_kit.core import compat
 from deploy_kit.render.names import HEADER, endpoint_url, remote_url
 from deploy_kit.sizing import local_cpu, max_local_cpu_gb
 

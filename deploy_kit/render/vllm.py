@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy_kit import compat
 from deploy_kit.config.site import Host
+from deploy_kit.core import compat
 from deploy_kit.render import lmcache_server, names
 from deploy_kit.render.templating import render_template
 

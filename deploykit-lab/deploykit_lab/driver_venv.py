@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from deploy_kit import compat
+from deploy_kit.core import compat
 from deploy_kit.wheelhouse import LOCK_NAME
 from deploykit_lab.layout import CACHE_DIR
 from deploykit_lab.serving import LMCACHE_VERSION, ensure_serving

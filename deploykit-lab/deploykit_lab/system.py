@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from deploy_kit.errors import DeployKitError, EnvironmentProblem
+from deploy_kit.core.errors import DeployKitError, EnvironmentProblem
 
 LOG_FILE = Path("/var/log/deploykit-lab.log")
 LOCK_DIR = Path("/var/cache/deploykit/.locks")

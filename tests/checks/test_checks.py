@@ -10,7 +10,7 @@ import pytest
 
 import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
 from deploy_kit.config.models import HostConfig
-from deploy_kit.geometry import find_preset
+from deploy_kit.core.geometry import find_preset
 from deploy_kit.plan.breakeven import group_plan
 from deploy_kit.verify.model import (
     CHECKS,

@@ -101,7 +101,7 @@ def lab_model_on_host() -> str:
 
 def chunk_bytes(chunk_tokens: int = 256) -> int:
     """Bytes of one LMCache chunk object of the lab model (bf16 KV)."""
-    from deploy_kit.geometry import bytes_per_token, from_hf_config
+    from deploy_kit.core.geometry import bytes_per_token, from_hf_config
 
     return chunk_tokens * bytes_per_token(from_hf_config(lab_model() / "config.json"), 2)
 

@@ -10,7 +10,7 @@ import pytest
 
 from deploy_kit.bench.storage import breakeven_line, breakeven_verdict
 from deploy_kit.config.models import HostConfig
-from deploy_kit.geometry import bytes_per_token, find_preset, from_hf_config, prefill_flops
+from deploy_kit.core.geometry import bytes_per_token, find_preset, from_hf_config, prefill_flops
 from deploy_kit.plan import breakeven
 from tests.cli import run_cli
 from tests.conftest import REPO
@@ -127,7 +127,7 @@ def test_bench_storage_says_where_remote_loses() -> None:
 
 
 def test_verify_reads_only_this_sites_bench_storage_result(tmp_path: Path) -> None:
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
     from deploy_kit.verify.gather import storage_measurement
 
     path = tmp_path / "storage.json"

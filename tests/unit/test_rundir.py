@@ -11,7 +11,7 @@ import pytest
 
 from deploy_kit.ansible.extra_vars import check_extra_vars
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError
+from deploy_kit.core.errors import InventoryError
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
 from tests.cli import run_cli

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError, Problem
 from tests.conftest import BASE_HOSTS, InventoryFactory
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from deploy_kit import compat
+from deploy_kit.core import compat
 from deploy_kit.verify.model import (
     Finding,
     Observation,

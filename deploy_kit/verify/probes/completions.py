@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_kit.verify.model import EXTERNAL_HITS, EXTERNAL_QUERIES, LOCAL_HITS, LOCAL_QUERIES
+from deploy_kit.core.patterns import EXTERNAL_HITS, EXTERNAL_QUERIES, LOCAL_HITS, LOCAL_QUERIES
 
 # Token ids that exist in every tokenizer deploykit serves: the lab's byte-level tokenizer
 # has its 256 byte tokens at 3..258; real models (vocab >= 32,000) take 1000..30999. Ids
