@@ -117,7 +117,7 @@ def known_tags_of(project: Path) -> frozenset[str]:
 def check_limit(site: Site, pattern: str) -> None:
     """A --limit term that names no host or group is a usage error, not an empty run.
     Patterns Ansible reads beyond names and globs (`&`, `!`, `~regex`, `[0:2]`) pass."""
-    from deploy_kit.verify.selection import SelectionError, limited_hosts
+    from deploy_kit.config.selection import SelectionError, limited_hosts
 
     plain = ",".join(t for t in pattern.replace(":", ",").split(",")
                      if t and not (t[0] in "&!~@" or "[" in t))

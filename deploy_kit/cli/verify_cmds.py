@@ -38,10 +38,10 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
             storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
+    from deploy_kit.config.selection import SelectionError, check_ids, limited_hosts
     from deploy_kit.verify import report
     from deploy_kit.verify.gather import gather, storage_measurement
     from deploy_kit.verify.model import CHECKS, Status, evaluate
-    from deploy_kit.verify.selection import SelectionError, check_ids, limited_hosts
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deploy_kit.config.load import RawInventory, is_reference, resolve_reference
+from deploy_kit.config.load import is_reference, resolve_reference
 from deploy_kit.config.models import (
     OWNED_PREFIXES,
     SECRET_KEYS,
@@ -22,6 +22,7 @@ from deploy_kit.config.models import (
     dns_name_problem,
     known_keys,
 )
+from deploy_kit.config.raw import RawInventory
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry, find_preset, from_hf_config
