@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from deploy_kit.bench import ttft, ttft_report
-from deploy_kit.verify.probes import completions as oa
+from deploy_kit.transport import openai as oa
 
 # vLLM 0.32.0 (CPU) answering a 6-token prompt, max_tokens 3, recorded with curl -N
 _CHUNK = '{"id":"cmpl-a6","object":"text_completion","choices":[%s]%s}'
