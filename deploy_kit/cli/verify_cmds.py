@@ -61,7 +61,7 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
         from deploy_kit.plugins import roundtrip_driver
-        from deploy_kit.roundtrip import roundtrip as run_roundtrip
+        from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip
 
         with console().status("LMCache round trip between two serving hosts…"):
             findings += run_roundtrip(site, roundtrip_driver(), roundtrip_store)

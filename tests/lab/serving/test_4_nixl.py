@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from deploy_kit.roundtrip import nixl_object_name
+from deploy_kit.verify.roundtrip import nixl_object_name
 from deploykit_lab.driver_venv import ensure_driver_venv
 from tests.lab.conftest import CEPH_CONF, Lab, chunk_bytes, lab_model_on_host
 
