@@ -16,7 +16,7 @@ from deploy_kit.config.site import Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.plan.breakeven import losing_contexts
 from deploy_kit.plan.plan import build_plan
-from deploy_kit.sizing import s3_requests
+from deploy_kit.plan.sizing import s3_requests
 from deploy_kit.transport.hosts import run_on
 
 

@@ -168,7 +168,7 @@ def test_the_calibration_script_counts_flops_as_the_planner_does() -> None:
 def test_requests_per_chunk_follow_awscrt_multipart() -> None:
     """Issue 21 item 6: a 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
     4 parts of 8 MiB + Complete to store, and 4 ranged GETs to read; 2 MiB is one of each."""
-    from deploy_kit.sizing import AWSCRT_PART_BYTES, s3_requests
+    from deploy_kit.plan.sizing import AWSCRT_PART_BYTES, s3_requests
 
     assert AWSCRT_PART_BYTES == 8 * 2**20
     assert s3_requests(32 * 2**20) == s3_requests(32 * 2**20 - 1) == \
