@@ -561,9 +561,6 @@ class HostConfig(BaseModel):
         return posixpath.basename(self.vllm_model.rstrip("/")) if self.model_is_local \
             else self.vllm_model
 
-    def declared_field_names(self) -> set[str]:
-        return set(type(self).model_fields)
-
 
 def known_keys() -> set[str]:
     return set(HostConfig.model_fields)
