@@ -16,7 +16,7 @@ SSH_DIR = LAB_DIR / "ssh"
 BRIDGE = "dklab0"
 NETWORK_PREFIX = "10.99.0"
 GATEWAY = f"{NETWORK_PREFIX}.1"
-UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (lab/deploykit_lab/upstream.py)
+UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (upstream.py)
 PREFIX_LEN = 24
 CGROUP_PREFIX = "dklab-"
 # The operator account on every lab host: not root, passwordless sudo. The inventory reaches

