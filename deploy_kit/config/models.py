@@ -17,7 +17,7 @@ OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_",
                   "vllm_", "monitoring_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
-               # consul ACL tokens and the gossip key (issue 11): vault only, like the S3 keys
+               # Consul ACL tokens and gossip key rule the cluster: vault only, like the S3 keys
                "consul_acl_management_token", "consul_acl_agent_token",
                "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
 
@@ -377,7 +377,7 @@ class HostConfig(BaseModel):
     monitoring_alertmanager: bool = False
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
 
-    # --- value checks (issue 10): everything pasted into config text is typed -------------
+    # --- value checks: what is pasted into config text is typed, so it cannot break the file ---
     @field_validator("*", mode="before")
     @classmethod
     def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:

@@ -558,7 +558,7 @@ def consul_secrets_well_formed(site: Site) -> Iterator[Problem]:
                               "not 32 bytes of base64", "generate one with `consul keygen`")
 
 
-# --- issue 10: values that are accepted but cannot work, and secrets outside 0600 files ---
+# --- values that are accepted but cannot work, and secrets outside 0600 files -------------
 
 _SECRET_NAME = re.compile(r"(secret|token|passw|credential|access_key|api_key|private_key|"
                           r"session_key|auth)", re.IGNORECASE)

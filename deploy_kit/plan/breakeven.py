@@ -1,4 +1,4 @@
-"""When does a remote KV hit beat recompute? (pure; issue 21 item 8)
+"""When does a remote KV hit beat recompute? (pure)
 
 A remote hit only helps when storage delivers a prefix's KV bytes faster than the
 accelerator recomputes them (the seed's lesson). Per serving group (model, parallelism,

@@ -24,7 +24,7 @@ def _s3_extra(c: HostConfig) -> dict[str, Any]:
     if table.s3_tls_default_on and not c.deploykit_s3_tls:
         extra["disable_tls"] = True  # 0.4+ speaks TLS by default; every request fails on HTTP
     elif "disable_tls" in table.s3_extra_keys and c.deploykit_s3_tls:
-        extra["disable_tls"] = False  # explicit: TLS to the concentrators (issue 9)
+        extra["disable_tls"] = False  # explicit: TLS to the concentrators, whatever the default
     extra["save_chunk_meta"] = False
     return extra
 

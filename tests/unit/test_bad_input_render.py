@@ -1,4 +1,4 @@
-"""Issue 10 beyond the inventory corpus: render never leaves OUT, shell text is quoted, the
+"""Bad input beyond the inventory corpus: render never leaves OUT, shell text is quoted, the
 plan refuses a TP that cannot work, and vllm_serial from group_vars reaches plan and up."""
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def test_the_site_tier_sees_only_this_runs_objects(monkeypatch: pytest.MonkeyPat
 
 
 def test_remote_rows_carry_their_storage_floor_and_the_overhead_over_it() -> None:
-    """Issue 21 item 9: a remote row's floor is its KV bytes at the GET throughput measured
+    """A remote row's floor is its KV bytes at the GET throughput measured
     in the same run; the remote hit is compared with the DRAM hit plus that floor."""
     plain = _doc()
     assert all("storage_floor_s" not in s for s in plain["summary"])  # nothing measured

@@ -1,4 +1,4 @@
-"""Issue 21 item 8: when does a remote KV hit beat recompute? The FLOP model, the break-even
+"""When does a remote KV hit beat recompute? The FLOP model, the break-even
 bandwidth per serving group, `plan --json`'s fields, and `bench storage`'s verdict."""
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def test_the_calibration_script_counts_flops_as_the_planner_does() -> None:
 
 
 def test_requests_per_chunk_follow_awscrt_multipart() -> None:
-    """Issue 21 item 6: a 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
+    """A 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
     4 parts of 8 MiB + Complete to store, and 4 ranged GETs to read; 2 MiB is one of each."""
     from deploy_kit.plan.sizing import AWSCRT_PART_BYTES, s3_requests
 

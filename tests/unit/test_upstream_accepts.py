@@ -1,4 +1,4 @@
-"""What the pinned upstream versions really accept (issue 9): each case names its evidence in
+"""What the pinned upstream versions really accept: each case names its evidence in
 deploy_kit/data/compat.yaml or the renderer's comment."""
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:
 
 def test_a_directory_built_with_other_pins_is_built_again(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 21 item 4: the directory name has no NIXL or torch pin, so its manifest decides:
+    """The directory name has no NIXL or torch pin, so its manifest decides:
     a wheelhouse resolved with nixl 1.5.1 is not reused once compat.yaml pins 1.4.1."""
     import json
 

@@ -1,4 +1,4 @@
-"""NIXL's OBJ plugin against the lab RGW (issue 9): LMCache's own NIXL storage backend in
+"""NIXL's OBJ plugin against the lab RGW: LMCache's own NIXL storage backend in
 dynamic mode, with CPU buffers, stores chunks from lab3's network namespace through the
 nixl_backend_params deploykit renders for lab3 (endpoint by the S3 name, region, bucket,
 checksums) and lab3's AWS profile; lab4 hits them byte-identical; another seed misses. The
