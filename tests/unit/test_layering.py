@@ -22,7 +22,9 @@ PACKAGE = REPO / "deploy_kit"
 LAB = REPO / "deploykit-lab" / "deploykit_lab"
 
 # Bottom up. A directory of deploy_kit/ is its own layer; the few top-level modules are
-# placed by TOP_LEVEL.
+# placed by TOP_LEVEL. "leaf" (the version, console, project paths, safe_read) sits below
+# core, which uses two of them: geometry reads config.json through safe_read, and the
+# envelope stamps __version__.
 LAYERS = ("leaf", "core", "config", "plan", "render", "ansible", "ops", "transport", "cache",
           "verify", "bench", "plugins", "cli")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
@@ -44,7 +46,7 @@ PENDING = {
 }
 
 PURE_LAYERS = {"core", "config", "plan", "render"}
-PURE_MODULES = ("deploy_kit.verify.model", "deploy_kit.verify.checks")  # and what is below
+PURE_MODULES = ("deploy_kit.verify.model", "deploy_kit.verify.checks")  # with submodules
 IO_LAYERS = {"ansible", "ops", "transport", "cache", "bench", "plugins", "cli"}
 IO_MODULES = ("deploy_kit.console", "deploy_kit.verify.probes", "deploy_kit.verify.gather",
               "deploy_kit.verify.roundtrip")
