@@ -28,7 +28,7 @@ from typing import Any
 
 def prefill_flops(layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int,
                   intermediate: int, tokens: int) -> float:
-    """The planner's FLOP model (deploy_kit/geometry.py prefill_flops with
+    """The planner's FLOP model (deploy_kit/core/geometry.py prefill_flops with
     dense_prefill_params), repeated here so this file runs without deploykit."""
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
     params = layers * (attention + 3 * hidden * intermediate)

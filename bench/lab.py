@@ -1,7 +1,7 @@
 """Benchmark on the local lab (root): `make lab` wall time (lab up + up + verify), the
 idempotent second `up`, and `verify` of the lab plus 256 simulated serving hosts against
 the floor of any Ansible-based tool on the same hosts: `ansible all -m ping` with the same
-forks (issue 18's target: at most 1.5x).
+forks (the target: at most 1.5x that floor).
 
 The simulated hosts are SSH logins to one sshd on 127.0.0.1 that this script starts; each
 reads a copy of a real lab serving host's files. verify reaches them as it reaches any

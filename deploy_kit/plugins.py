@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the round trip module is heavy; only its type is needed here
-    from deploy_kit.roundtrip import LocalDriver
+    from deploy_kit.verify.roundtrip import LocalDriver
 
 VERBS = "deploykit.plugins"
 ROUNDTRIP_DRIVERS = "deploykit.roundtrip_drivers"

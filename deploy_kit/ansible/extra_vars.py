@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from deploy_kit.config.models import OWNED_PREFIXES
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import load_yaml, read_text
 
 # Set by deploykit itself, never by an inventory.

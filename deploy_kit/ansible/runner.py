@@ -20,7 +20,7 @@ from rich.table import Table
 from deploy_kit.ansible import progress
 from deploy_kit.ansible.command import RunRequest, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
-from deploy_kit.errors import AnsibleFailed, HostsUnreachable
+from deploy_kit.core.errors import AnsibleFailed, HostsUnreachable
 from deploy_kit.project import project_dir, runs_root
 
 SUMMARY_SCHEMA = 1

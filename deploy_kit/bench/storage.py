@@ -13,10 +13,10 @@ from typing import Any
 from deploy_kit.bench import storage_chart
 from deploy_kit.cache.store import delete_objects, list_objects, open_bucket
 from deploy_kit.config.site import Site
-from deploy_kit.errors import DeployKitError
+from deploy_kit.core.errors import DeployKitError
 from deploy_kit.plan.breakeven import losing_contexts
 from deploy_kit.plan.plan import build_plan
-from deploy_kit.sizing import s3_requests
+from deploy_kit.plan.sizing import s3_requests
 from deploy_kit.transport.hosts import run_on
 
 
@@ -70,7 +70,7 @@ def run(site: Site, threads: list[int], objects: int, out: Path,
     result["other_tools"] = {tool: ("installed; not run by deploykit yet" if shutil.which(tool)
                                     else "not installed") for tool in ("elbencho", "warp")}
     out.mkdir(parents=True, exist_ok=True)
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
 
     (out / "storage.json").write_text(dumps("bench-storage", 1, site.name, result))
     storage_chart.plot(result, out / "storage.png")

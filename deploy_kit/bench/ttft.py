@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from deploy_kit.bench import ttft_report
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import DeployKitError, HostsUnreachable
+from deploy_kit.core.errors import DeployKitError, HostsUnreachable
+from deploy_kit.transport import openai as oa
+from deploy_kit.transport.openai import api_key, model_name
 from deploy_kit.transport.sigv4 import Credentials
-from deploy_kit.verify.probes import completions as oa
-from deploy_kit.verify.probes.cache_probe import api_key, model_name
 
 CPU_LENGTHS = [1024, 2048, 4096, 8192]
 GPU_LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]

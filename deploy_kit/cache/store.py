@@ -13,7 +13,7 @@ from datetime import datetime
 
 from deploy_kit.cache.keys import StoredObject
 from deploy_kit.config.site import Site
-from deploy_kit.errors import DeployKitError
+from deploy_kit.core.errors import DeployKitError
 from deploy_kit.render import tls
 from deploy_kit.transport.hosts import TransportError, run_on
 from deploy_kit.transport.sigv4 import Credentials, request

@@ -17,8 +17,8 @@ from deploy_kit import __version__, plugins
 from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, site_cmds, verify_cmds
 from deploy_kit.cli.environment import Environment
 from deploy_kit.console import ReaderGone, console, stdout
-from deploy_kit.errors import DeployKitError, InventoryError
-from deploy_kit.exit_codes import ExitCode
+from deploy_kit.core.errors import DeployKitError, InventoryError
+from deploy_kit.core.exit_codes import ExitCode
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
                   help="Provision and verify a shared KV-cache tier: Ceph RGW (S3), "

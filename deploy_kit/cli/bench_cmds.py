@@ -17,7 +17,7 @@ def require_bench_extra(*modules: str) -> None:
     """The bench verbs' own dependencies live in the `bench` extra: say so, exit 7."""
     import importlib.util
 
-    from deploy_kit.errors import EnvironmentProblem
+    from deploy_kit.core.errors import EnvironmentProblem
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:

@@ -9,7 +9,7 @@ import typer
 
 from deploy_kit.cli.options import InventoryOpt, ModelOpt, VaultOpt
 from deploy_kit.console import console, data_console, stdout
-from deploy_kit.errors import DeployKitError
+from deploy_kit.core.errors import DeployKitError
 
 cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
 
@@ -33,7 +33,7 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
              "oldest": g.oldest.isoformat() if g.oldest else None,
              "newest": g.newest.isoformat() if g.newest else None} for g in groups]
     if as_json:
-        from deploy_kit.envelope import dumps
+        from deploy_kit.core.envelope import dumps
 
         stdout().write(dumps("cache-stats", 1, site.name,
                              {"bucket": bucket.host, "groups": rows,

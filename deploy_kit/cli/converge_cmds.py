@@ -58,9 +58,9 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.project import project_dir
     from deploy_kit.render.rundir import write_run_tree
-    from deploy_kit.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
     refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
@@ -117,7 +117,7 @@ def known_tags_of(project: Path) -> frozenset[str]:
 def check_limit(site: Site, pattern: str) -> None:
     """A --limit term that names no host or group is a usage error, not an empty run.
     Patterns Ansible reads beyond names and globs (`&`, `!`, `~regex`, `[0:2]`) pass."""
-    from deploy_kit.verify.selection import SelectionError, limited_hosts
+    from deploy_kit.config.selection import SelectionError, limited_hosts
 
     plain = ",".join(t for t in pattern.replace(":", ",").split(",")
                      if t and not (t[0] in "&!~@" or "[" in t))
@@ -150,7 +150,7 @@ def issue_tls(site: Site) -> None:
     """With deploykit_s3_tls: the CA and each concentrator certificate exist on the
     controller before any role copies them (kept when still valid, so reruns change
     nothing). Also in check mode: only the controller's TLS directory is written."""
-    from deploy_kit.tls import ensure_site_tls
+    from deploy_kit.ops.tls import ensure_site_tls
 
     for issued in ensure_site_tls(site):
         if issued.action == "issued":

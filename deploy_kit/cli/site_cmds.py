@@ -17,9 +17,9 @@ def plan(inventory: InventoryOpt,
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
+    from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
-    from deploy_kit.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
@@ -41,9 +41,9 @@ def render(inventory: InventoryOpt,
            ) -> None:
     """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster)."""
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.render.files import render_site, write_tree
     from deploy_kit.render.rundir import role_tree, with_settings
-    from deploy_kit.tls import refuse_bad_ca
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
@@ -64,7 +64,7 @@ def render(inventory: InventoryOpt,
 def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
     from deploy_kit.config.open import open_site
-    from deploy_kit.tls import refuse_bad_ca
+    from deploy_kit.ops.tls import refuse_bad_ca
 
     site = open_site(inventory, vault_password_file)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
@@ -81,7 +81,7 @@ def wheelhouse(inventory: InventoryOpt,
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
     Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
     from deploy_kit.config.open import open_site
-    from deploy_kit.wheelhouse import Recipe, build
+    from deploy_kit.ops.wheelhouse import Recipe, build
 
     if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):
         raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")

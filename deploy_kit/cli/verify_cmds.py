@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
 from deploy_kit.console import console, data_console, stdout
-from deploy_kit.errors import HostsUnreachable, VerifyFailed
+from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
 
 
 class RoundTripStore(StrEnum):
@@ -38,10 +38,10 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
             storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
+    from deploy_kit.config.selection import SelectionError, check_ids, limited_hosts
     from deploy_kit.verify import report
     from deploy_kit.verify.gather import gather, storage_measurement
     from deploy_kit.verify.model import CHECKS, Status, evaluate
-    from deploy_kit.verify.selection import SelectionError, check_ids, limited_hosts
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
@@ -61,7 +61,7 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
         from deploy_kit.plugins import roundtrip_driver
-        from deploy_kit.roundtrip import roundtrip as run_roundtrip
+        from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip
 
         with console().status("LMCache round trip between two serving hosts…"):
             findings += run_roundtrip(site, roundtrip_driver(), roundtrip_store)

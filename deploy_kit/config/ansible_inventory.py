@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.config.load import VAULT_HEADER, RawHost, RawInventory, name_problem
-from deploy_kit.errors import Problem
+from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
+from deploy_kit.core.errors import Problem
 
 # What VariableManager adds beside the inventory's own variables
 MAGIC = frozenset({

@@ -8,42 +8,17 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.config.ansible_inventory import load_with_ansible
+from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
+from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
-VAULT_HEADER = "$ANSIBLE_VAULT"
-
-
-@dataclass
-class RawHost:
-    name: str
-    groups: set[str] = field(default_factory=set)
-    vars: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # key -> file it came from
-
-
-@dataclass
-class RawInventory:
-    root: Path
-    hosts_file: Path
-    hosts: dict[str, RawHost]
-    group_depth: dict[str, int]
-    vault_files: set[str]  # vault-encrypted files: the only place a secret may be written
-    locked_vault_files: list[str]  # encrypted, no password given: their values are unknown
-    plain_vault_files: set[str] = field(default_factory=set)  # vault*.yml not encrypted
-    # (file, key) of inline `!vault` values: encrypted where they are written
-    vaulted_keys: set[tuple[str, str]] = field(default_factory=set)
-    source: Path | None = None  # what Ansible's -i gets (a file inventory); None: root
-    problems: list[Problem] = field(default_factory=list)  # load_inventory(collect=True)
-    hosts_file_broken: bool = False  # hosts.yml unreadable: no host list to validate
-    broken_groups: set[str] = field(default_factory=set)  # groups whose hosts: did not load
 
 
 def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
@@ -168,19 +143,6 @@ def _vars_files(base: Path, name: str) -> list[Path]:
         files += sorted(f for f in d.iterdir() if f.suffix in (".yml", ".yaml")
                         and not f.is_dir())
     return files
-
-
-# Host and group names become paths (host_vars/<name>.yml, render's OUT/<host>/...):
-# letters, digits, '.', '_' and '-', starting with a letter or digit, never '..'.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
-
-
-def name_problem(name: str) -> str | None:
-    """Why an inventory host/group name is refused, or None."""
-    if not _NAME.match(name) or ".." in name:
-        return (f"{name!r} is not a valid inventory name (letters, digits, '.', '_', '-'; "
-                "no '/', no '..', at most 253 characters)")
-    return None
 
 
 def _walk_groups(name: str, node: Any, depth: int, parents: list[str],
@@ -309,8 +271,6 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
         raise InventoryError([Problem(str(path), "hosts.yml", "missing",
                                       "write an Ansible YAML inventory at hosts.yml")])
     if hosts_file is None:
-        from deploy_kit.config.ansible_inventory import load_with_ansible
-
         raw = load_with_ansible(path, vault_password)
         if raw.problems and not collect:
             raise InventoryError(raw.problems)

@@ -17,7 +17,7 @@ OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_",
                   "vllm_", "monitoring_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
-               # consul ACL tokens and the gossip key (issue 11): vault only, like the S3 keys
+               # Consul ACL tokens and gossip key rule the cluster: vault only, like the S3 keys
                "consul_acl_management_token", "consul_acl_agent_token",
                "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
 
@@ -450,7 +450,7 @@ class HostConfig(BaseModel):
     # Alertmanager's port on the monitoring host (loopback), with monitoring_alertmanager: true
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
 
-    # --- value checks (issue 10): everything pasted into config text is typed -------------
+    # --- value checks: what is pasted into config text is typed, so it cannot break the file ---
     @field_validator("*", mode="before")
     @classmethod
     def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
@@ -633,9 +633,6 @@ class HostConfig(BaseModel):
             return self.vllm_served_model_name
         return posixpath.basename(self.vllm_model.rstrip("/")) if self.model_is_local \
             else self.vllm_model
-
-    def declared_field_names(self) -> set[str]:
-        return set(type(self).model_fields)
 
 
 def known_keys() -> set[str]:

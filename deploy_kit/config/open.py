@@ -9,7 +9,7 @@ from pathlib import Path
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.rules import validate_site
 from deploy_kit.config.site import Site, build_site
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.project import project_dir
 
 MAX_PASSWORD_BYTES = 64 * 1024

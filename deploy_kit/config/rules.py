@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
 from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import Problem
-from deploy_kit.geometry import chunk_layout, kv_dtype_bytes
+from deploy_kit.core import compat
+from deploy_kit.core.errors import Problem
+from deploy_kit.core.geometry import chunk_layout, kv_dtype_bytes
 
 Rule = Callable[[Site], Iterator[Problem]]
 RULES: list[Rule] = []
@@ -558,7 +558,7 @@ def consul_secrets_well_formed(site: Site) -> Iterator[Problem]:
                               "not 32 bytes of base64", "generate one with `consul keygen`")
 
 
-# --- issue 10: values that are accepted but cannot work, and secrets outside 0600 files ---
+# --- values that are accepted but cannot work, and secrets outside 0600 files -------------
 
 _SECRET_NAME = re.compile(r"(secret|token|passw|credential|access_key|api_key|private_key|"
                           r"session_key|auth)", re.IGNORECASE)

@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deploy_kit import compat
-from deploy_kit.config.load import RawInventory, is_reference, resolve_reference
+from deploy_kit.config.load import is_reference, resolve_reference
 from deploy_kit.config.models import (
     OWNED_PREFIXES,
     SECRET_KEYS,
@@ -23,8 +22,10 @@ from deploy_kit.config.models import (
     dns_name_problem,
     known_keys,
 )
-from deploy_kit.errors import Problem
-from deploy_kit.geometry import ModelGeometry, find_preset, from_hf_config
+from deploy_kit.config.raw import RawInventory
+from deploy_kit.core import compat
+from deploy_kit.core.errors import Problem
+from deploy_kit.core.geometry import ModelGeometry, find_preset, from_hf_config
 
 _REF_NAME = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "monitoring")

@@ -1,4 +1,4 @@
-"""When does a remote KV hit beat recompute? (pure; issue 21 item 8)
+"""When does a remote KV hit beat recompute? (pure)
 
 A remote hit only helps when storage delivers a prefix's KV bytes faster than the
 accelerator recomputes them (the seed's lesson). Per serving group (model, parallelism,
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.geometry import ModelGeometry, bytes_per_token, kv_dtype_bytes, prefill_flops
+from deploy_kit.core.geometry import ModelGeometry, bytes_per_token, kv_dtype_bytes, prefill_flops
 
 # Dense bf16 peak per device, TFLOPS (no sparsity), from the vendors' datasheets: NVIDIA
 # H100 SXM and H200 (same compute, more memory) 989; AMD Instinct MI300X 1307; Intel Gaudi 3

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from deploy_kit.config.site import Host
+from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import names
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
-from deploy_kit.verify.model import S3_LOG_PATTERNS
 
 # Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
 # rendered tree. The rendered tree's own paths (secret files included) are added per host.

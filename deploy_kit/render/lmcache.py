@@ -6,10 +6,10 @@ from typing import Any
 
 import yaml
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
+from deploy_kit.core import compat
+from deploy_kit.plan.sizing import local_cpu, max_local_cpu_gb
 from deploy_kit.render.names import HEADER, endpoint_url, remote_url
-from deploy_kit.sizing import local_cpu, max_local_cpu_gb
 
 
 def _s3_extra(c: HostConfig) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def _s3_extra(c: HostConfig) -> dict[str, Any]:
     if table.s3_tls_default_on and not c.deploykit_s3_tls:
         extra["disable_tls"] = True  # 0.4+ speaks TLS by default; every request fails on HTTP
     elif "disable_tls" in table.s3_extra_keys and c.deploykit_s3_tls:
-        extra["disable_tls"] = False  # explicit: TLS to the concentrators (issue 9)
+        extra["disable_tls"] = False  # explicit: TLS to the concentrators, whatever the default
     extra["save_chunk_meta"] = False
     return extra
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from deploy_kit.config.models import HostConfig
 from deploy_kit.render import names
-from deploy_kit.render.templating import render_template
+from deploy_kit.render.templating import exec_lines, render_template
 
 UNIT_PATH = "/etc/systemd/system/lmcache-server.service"
 MQ_HOST = "127.0.0.1"  # vLLM runs beside the server: nothing else may reach its queue
@@ -80,8 +80,6 @@ def render_env_file(c: HostConfig) -> str:
 
 
 def render_unit(c: HostConfig) -> str:
-    from deploy_kit.render.vllm import exec_lines
-
     return render_template("lmcache-server.service.j2", user=c.vllm_user, env_file=env_path(c),
                            exec_lines=exec_lines(server_argv(c), head=2), mode=c.lmcache_mode,
                            http_port=c.lmcache_server_http_port)

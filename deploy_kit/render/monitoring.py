@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.core import compat
 from deploy_kit.render.consul import consul_scrapable
 
 # where the monitoring host keeps deploykit's part of its Prometheus configuration
@@ -411,9 +411,10 @@ def render_node_exporter_defaults(host: Host, header: str) -> str:
 
 def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     """path -> (text, mode): the journal counter of LMCache's S3 trouble and its timer. The
-    patterns are verify's (verify.model.S3_LOG_PATTERNS), so alert and check agree."""
+    patterns are the ones verify reads (core.patterns.S3_LOG_PATTERNS), so alert and check
+    agree."""
+    from deploy_kit.core.patterns import S3_LOG_PATTERNS
     from deploy_kit.render.templating import render_template
-    from deploy_kit.verify.model import S3_LOG_PATTERNS
 
     c = host.config
     units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]

@@ -17,10 +17,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from deploy_kit import compat
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.core import compat
+from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
 from deploy_kit.render import converged, names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
@@ -31,7 +32,6 @@ from deploy_kit.render.storage import (
     lifecycle_rules,
 )
 from deploy_kit.render.vllm import secret_env_path
-from deploy_kit.wheelhouse import has_archive, lock_digest
 
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.core import compat
 from deploy_kit.render.lmcache import dump_yaml
 from deploy_kit.render.names import rgw_instance_names
 from deploy_kit.render.templating import render_template

@@ -37,6 +37,17 @@ def env_quote(value: object) -> str:
     return '"' + re.sub(r'([\\"$`])', r"\\\1", text) + '"'
 
 
+def exec_lines(argv: list[str], head: int = 3) -> list[list[str]]:
+    """Group argv for a readable unit: the command, then one `--flag value` per line."""
+    lines: list[list[str]] = [argv[:head]]
+    for word in argv[head:]:
+        if word.startswith("-") or not lines[-1][0].startswith("-") or len(lines[-1]) > 1:
+            lines.append([word])
+        else:
+            lines[-1].append(word)
+    return lines
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(

@@ -3,7 +3,7 @@ controller, where the roles install them, and what each concentrator certificate
 
 The key material itself never passes through the rendered tree: `deploykit up` (and the
 render play of a plain ansible-playbook run) issues it into the controller's TLS directory
-(deploy_kit/tls.py), and the roles copy it from there with no_log. The tree only carries
+(deploy_kit/ops/tls.py), and the roles copy it from there with no_log. The tree only carries
 these paths (settings.json `derived.tls`).
 """
 

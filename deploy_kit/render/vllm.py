@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from deploy_kit import compat
 from deploy_kit.config.site import Host
+from deploy_kit.core import compat
 from deploy_kit.render import lmcache_server, names
-from deploy_kit.render.templating import render_template
+from deploy_kit.render.templating import exec_lines, render_template
 
 # The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,
 # `gaudi_bucketing_env`), per vLLM series, with the upstream evidence for each variable.
@@ -132,17 +132,6 @@ def render_secret_env(host: Host) -> str:
 
 def render_env_file(host: Host) -> str:
     return render_template("vllm.env.j2", env=vllm_env(host))
-
-
-def exec_lines(argv: list[str], head: int = 3) -> list[list[str]]:
-    """Group argv for a readable unit: the command, then one `--flag value` per line."""
-    lines: list[list[str]] = [argv[:head]]
-    for word in argv[head:]:
-        if word.startswith("-") or not lines[-1][0].startswith("-") or len(lines[-1]) > 1:
-            lines.append([word])
-        else:
-            lines[-1].append(word)
-    return lines
 
 
 def render_unit(host: Host) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import DeployKitError
+from deploy_kit.core.errors import DeployKitError
 
 PLAY = """\
 - name: deploykit reads hosts

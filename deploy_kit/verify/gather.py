@@ -7,9 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.core import compat
 from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.render import tls
 from deploy_kit.render.storage import lifecycle_rules

@@ -105,17 +105,6 @@ class UnitState:
     journal: list[str] = field(default_factory=list)
 
 
-# LMCache 0.5.6's own words for S3 trouble (awk EREs), in the running process's journal:
-# the breaker (s3_l2_adapter.py:1030 server, s3_connector.py:697 in process) never resets;
-# lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed to launch PUT"); connection-
-# class errors, three in a row trip the breaker (s3_l2_adapter.py:1022, s3_connector.py:688)
-S3_LOG_PATTERNS = {
-    "breaker": "S3L2Adapter disabled after|S3 connection disabled after",
-    "store": "Failed to upload .* to S3|failed to launch (S3 )?PUT",
-    "connection": "S3L2Adapter connection error|S3 connection error",
-}
-
-
 @dataclass(frozen=True)
 class S3LogEvent:
     """LMCache's own S3 trouble in the running process's journal (its current invocation):
@@ -198,13 +187,6 @@ class ConsulView:
     members: list[ConsulMember] = field(default_factory=list)
     instances: list[ConsulServiceNode] = field(default_factory=list)
     error: str | None = None
-
-
-# vLLM's prefix-cache counters (Prometheus names), read by the cache probe and its checks
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
-EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
-LOCAL_HITS = "vllm:prefix_cache_hits_total"
-LOCAL_QUERIES = "vllm:prefix_cache_queries_total"
 
 
 @dataclass

@@ -48,7 +48,7 @@ def show(findings: list[Finding], console: Console, verbose: bool = False) -> No
 
 
 def to_json(findings: list[Finding], site: str) -> str:
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
 
     return dumps("verify", 1, site, {"findings": [asdict(f) for f in findings],
                                      "failed": len(failed(findings))})

@@ -34,10 +34,6 @@ LAB = Cluster(CEPH_DIR, GATEWAY, f"{NETWORK_PREFIX}.0/{PREFIX_LEN}")
 MON_HOST = LAB.mon_host
 
 
-def conf_path() -> Path:
-    return LAB.conf
-
-
 def ceph_conf(fsid: str, cluster: Cluster = LAB) -> str:
     b = cluster.directory
     return f"""[global]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from deploy_kit.console import console, stdout
-from deploy_kit.exit_codes import ExitCode
+from deploy_kit.core.exit_codes import ExitCode
 from deploykit_lab.profiles import DEFAULT, PROFILES, Profile, profile
 
 lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "
@@ -76,7 +76,7 @@ def lab_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
 
     info = lab.status()
     if as_json:
-        from deploy_kit.envelope import dumps
+        from deploy_kit.core.envelope import dumps
 
         stdout().write(dumps("lab-status", 1, "lab", info))
     else:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from deploy_kit.project import project_dir
 from deploykit_lab.layout import CACHE_DIR
-from deploykit_lab.system import cache_lock, run
+from deploykit_lab.system import cache_lock, go_binary, run
 
 CONSUL_VERSION = "1.16.3"
 CONSUL_MODULE = "github.com/hashicorp/consul"
@@ -48,8 +48,6 @@ def ensure_consul() -> Path:
 
 
 def _ensure_consul() -> Path:
-    from deploykit_lab.coredns import go_binary  # coredns -> inventory -> this module
-
     target = consul_binary()
     recorded = consul_dir() / "consul.sha256"
     if target.exists() and recorded.exists():

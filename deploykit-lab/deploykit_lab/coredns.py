@@ -7,20 +7,10 @@ import shutil
 from pathlib import Path
 
 from deploy_kit.project import project_dir
-from deploykit_lab.inventory import coredns_binary
-from deploykit_lab.layout import CACHE_DIR
-from deploykit_lab.system import LabError, cache_lock, run
+from deploykit_lab.layout import CACHE_DIR, coredns_binary
+from deploykit_lab.system import cache_lock, go_binary, run
 
 # The CoreDNS version is pinned by tools/coredns/go.mod and go.sum.
-
-
-def go_binary() -> str:
-    for candidate in (shutil.which("go"), "/usr/local/go/bin/go", "/usr/lib/go/bin/go"):
-        if candidate and Path(candidate).exists():
-            return candidate
-    raise LabError("the lab builds CoreDNS with Go, and no `go` was found",
-                   hint="install Go (apt-get install golang-go) or put a coredns binary at "
-                        f"{coredns_binary()}")
 
 
 def ensure_coredns() -> Path:

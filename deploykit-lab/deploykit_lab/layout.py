@@ -16,7 +16,7 @@ SSH_DIR = LAB_DIR / "ssh"
 BRIDGE = "dklab0"
 NETWORK_PREFIX = "10.99.0"
 GATEWAY = f"{NETWORK_PREFIX}.1"
-UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (lab/deploykit_lab/upstream.py)
+UPSTREAM_PORT = 5300  # the lab's upstream resolver on GATEWAY (upstream.py)
 PREFIX_LEN = 24
 CGROUP_PREFIX = "dklab-"
 # The operator account on every lab host: not root, passwordless sudo. The inventory reaches
@@ -85,3 +85,15 @@ class LabHost:
 
 def lab_hosts(count: int) -> list[LabHost]:
     return [LabHost(f"lab{i}", i) for i in range(1, count + 1)]
+
+
+def coredns_binary() -> Path:
+    """The cached build, named by its version and its plugin list: a plugin added to
+    tools/coredns/main.go (the Corefile uses it) builds a new binary instead of reusing one
+    that would refuse the directive."""
+    import hashlib
+
+    from deploy_kit.project import project_dir
+
+    plugins = (project_dir() / "tools" / "coredns" / "main.go").read_bytes()
+    return CACHE_DIR / f"coredns-1.12.1-{hashlib.sha256(plugins).hexdigest()[:12]}"

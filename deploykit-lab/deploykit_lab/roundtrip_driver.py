@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from deploy_kit.config.site import Host
-from deploy_kit.roundtrip import HostFiles
+from deploy_kit.verify.roundtrip import HostFiles
 
 
 def run_in_lab_netns(host: Host, deployed: HostFiles, env: dict[str, str], driver: str,

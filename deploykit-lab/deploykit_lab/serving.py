@@ -30,7 +30,7 @@ def ensure_serving() -> ServingArtefacts:
 
 def _ensure_serving() -> ServingArtefacts:
     """About 3.1 GB of wheels (40 s from PyPI here) and a 183 MB model (1 s), once."""
-    from deploy_kit.wheelhouse import Recipe, build
+    from deploy_kit.ops.wheelhouse import Recipe, build
     from deploykit_lab.model import ensure_model, this_machines_variant
 
     python = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -10,7 +10,8 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from deploy_kit.errors import DeployKitError, EnvironmentProblem
+from deploy_kit.core.errors import DeployKitError, EnvironmentProblem
+from deploykit_lab.layout import coredns_binary
 
 LOG_FILE = Path("/var/log/deploykit-lab.log")
 LOCK_DIR = Path("/var/cache/deploykit/.locks")
@@ -93,3 +94,12 @@ def which(name: str) -> str:
     if not path:
         raise LabError(f"{name} not found", hint="deploykit lab up installs it; is apt working?")
     return path
+
+
+def go_binary() -> str:
+    for candidate in (shutil.which("go"), "/usr/local/go/bin/go", "/usr/lib/go/bin/go"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise LabError("the lab builds CoreDNS with Go, and no `go` was found",
+                   hint="install Go (apt-get install golang-go) or put a coredns binary at "
+                        f"{coredns_binary()}")

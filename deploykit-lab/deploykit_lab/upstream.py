@@ -11,8 +11,7 @@ import socket
 import subprocess
 import time
 
-from deploykit_lab.inventory import coredns_binary
-from deploykit_lab.layout import GATEWAY, LAB_DIR, UPSTREAM_PORT
+from deploykit_lab.layout import GATEWAY, LAB_DIR, UPSTREAM_PORT, coredns_binary
 from deploykit_lab.system import LabError, log
 
 PORT = UPSTREAM_PORT

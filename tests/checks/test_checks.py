@@ -10,7 +10,7 @@ import pytest
 
 import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
 from deploy_kit.config.models import HostConfig
-from deploy_kit.geometry import find_preset
+from deploy_kit.core.geometry import find_preset
 from deploy_kit.plan.breakeven import group_plan
 from deploy_kit.verify.model import (
     CHECKS,
@@ -194,8 +194,8 @@ def _stale_segment(o: Observation) -> None:
 
 
 def _nixl_host_with_15(o: Observation) -> None:
-    """Issue 21 item 4: a nixl host's venv holds the NIXL release whose OBJ plugin does not
-    load (1.5.1) where compat.yaml pins 1.4.1."""
+    """A nixl host's venv holds the NIXL release whose OBJ plugin does not load (1.5.1) where
+    compat.yaml pins 1.4.1: only the installed version shows it."""
     o.serving[0].plan.pinned["nixl"] = "1.4.1"
     o.serving[0].versions["nixl"] = "1.5.1"
 

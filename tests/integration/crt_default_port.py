@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from deploy_kit import tls
+from deploy_kit.ops import tls
 
 work = Path(sys.argv[1])
 ca_pem, ca_key = tls.create_ca("t")

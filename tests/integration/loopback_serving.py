@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from deploy_kit.bench.ttft import Target
-from deploy_kit.verify.probes import completions as oa
+from deploy_kit.transport import openai as oa
 
 MODEL = "/var/cache/deploykit/model-lab-llama-1"
 

@@ -268,7 +268,7 @@ def test_consul_accepts_every_rendered_agent_config(binaries: tuple[Path, Path],
 def test_consul_accepts_the_telemetry_prometheus_scrapes(binaries: tuple[Path, Path],
                                                          make_inventory: InventoryFactory,
                                                          tmp_path: Path) -> None:
-    """An API opened beyond loopback (issue 22) adds the retention time that
+    """An API opened beyond loopback (so Prometheus can scrape it) adds the retention time that
     /v1/agent/metrics?format=prometheus needs; the real agent accepts it."""
     closed = open_site(str(make_inventory()))
     assert "telemetry" not in consul_render.agent_config(closed, closed.hosts["c1"])

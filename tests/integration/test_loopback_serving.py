@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.bench import ttft, ttft_report
+from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import Observation, Status, evaluate
 from deploy_kit.verify.probes import cache_probe
-from deploy_kit.verify.probes import completions as oa
 from tests.integration.loopback_serving import LoopbackTier, fake_host, serving, target
 
 

@@ -101,7 +101,7 @@ def lab_model_on_host() -> str:
 
 def chunk_bytes(chunk_tokens: int = 256) -> int:
     """Bytes of one LMCache chunk object of the lab model (bf16 KV)."""
-    from deploy_kit.geometry import bytes_per_token, from_hf_config
+    from deploy_kit.core.geometry import bytes_per_token, from_hf_config
 
     return chunk_tokens * bytes_per_token(from_hf_config(lab_model() / "config.json"), 2)
 
@@ -171,7 +171,8 @@ def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., An
 
 
 # `make test` starts `deploykit lab prefetch` in the background before lint and unit tests
-# (tests/lab/prefetch.sh): the downloads and Go builds overlap them. Its log and exit code:
+# (the Makefile's lab-prefetch-background): the downloads and Go builds overlap them. Its
+# log and exit code:
 PREFETCH_LOG = LAB_RUNS.parent / "lab-prefetch.log"
 PREFETCH_RC = LAB_RUNS.parent / "lab-prefetch.rc"
 PREFETCH_PID = LAB_RUNS.parent / "lab-prefetch.pid"

@@ -1,4 +1,4 @@
-"""Bad input beyond the inventory corpus (test_bad_inventories.py): render never leaves OUT,
+"""Bad input beyond the inventory corpus: render never leaves OUT,
 the plan refuses a TP that cannot work, and vllm_serial from group_vars reaches plan and up."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.config.open import open_site
-from deploy_kit.geometry import ModelGeometry, chunk_layout
+from deploy_kit.core.geometry import ModelGeometry, chunk_layout
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import RenderedFile, UnsafeOutput, render_site, write_tree
 from tests.cli import Result, run_cli

@@ -264,7 +264,7 @@ CASES = [
         gv("all", deploykit_s3_secret_key=REF),
         gv("vllm", vllm_extra_args=["--api-key", SECRET])), VF, "vllm_extra_args", VLLM,
         env={"DK_CORPUS_SECRET": SECRET}),
-    # every secret, not only the S3 keys, against every plain setting (issue 20 class 6)
+    # every secret, not only the S3 keys, against every plain setting
     Case("api-key-copied-into-extra-args", gv(
         "vllm", vllm_api_key=REF, vllm_extra_args=["--api-key", SECRET]), VF,
         "vllm_extra_args", VLLM, env={"DK_CORPUS_SECRET": SECRET}),
@@ -349,7 +349,7 @@ CASES = [
          "ceph_rgw_count_per_host", ("rgw1", "rgw2")),
     Case("extra-args-not-list", gv("vllm", vllm_extra_args="--enforce-eager"), VF,
          "vllm_extra_args", VLLM),
-    # --- line injection (issue 20 class 1): one rule for every setting and every format ---
+    # --- line injection: one rule for every setting and every format ---
     Case("inject-extra-arg-execstartpre", gv("vllm", vllm_extra_args=[
         "--enforce-eager", "x\nExecStartPre=+/bin/sh -c 'id > /tmp/pwned'"]), VF,
          "vllm_extra_args", VLLM),
@@ -374,7 +374,7 @@ CASES = [
     Case("inject-nested-transfer-config", gv("vllm", vllm_kv_transfer_extra={
         "kv_connector_extra_config": {"k": ["ok", "bad\nline"]}}), VF,
          "vllm_kv_transfer_extra", VLLM),
-    # --- paths that point at the wrong thing (issue 20 class 3): up chmods the TLS dir 0700
+    # --- paths that point at the wrong thing: up chmods the TLS dir 0700
     # and git-ignores all of it, so it must be a directory of its own
     Case("tls-dir-is-the-inventory", gv("all", deploykit_tls_dir="."), ALLF,
          "deploykit_tls_dir"),
@@ -396,12 +396,12 @@ CASES = [
         files["group_vars/vllm.yml"].update(vllm_model="/")), VF, "vllm_model", VLLM),
     Case("model-is-the-inventory", lambda files, root: files["group_vars/vllm.yml"].update(
         vllm_model=str(root)), VF, "vllm_model", VLLM),
-    # --- numbers that render broken configs (issue 20 class 7) -----------------------------
+    # --- numbers that render broken configs -----------------------------------------------
     Case("port-boolean", gv("vllm", vllm_port=True), VF, "vllm_port", VLLM),
     Case("gateway-ports-past-65535", gv("rgw", ceph_rgw_frontend_port=65534,
                                         ceph_rgw_count_per_host=4), RF,
          "ceph_rgw_frontend_port", ("rgw1", "rgw2")),
-    # --- switches whose secret is set nowhere (issue 20 class 8): validate, not preflight ---
+    # --- switches whose secret is set nowhere: validate refuses them, not preflight ---
     Case("consul-acl-without-tokens", gv("all", deploykit_dns_mode="consul",
                                          consul_acl_enabled=True), ALLF, "consul_acl_enabled"),
     Case("consul-gossip-without-key", gv("all", deploykit_dns_mode="consul",
@@ -415,7 +415,7 @@ CASES = [
          "ceph_rgw_s3_user", ALL_HOSTS),
     Case("monitor-user-space", gv("all", ceph_rgw_concentrator_monitor_user="admin insecure"),
          ALLF, "ceph_rgw_concentrator_monitor_user", ALL_HOSTS),
-    # --- upstream truth, round 3 (issue 21) ---
+    # --- what upstream programs take and then fail on: refused at validate instead ---
     # cephadm's `rgw zonegroup modify` fails the service without all three names
     Case("rgw-realm-without-zone", gv("all", ceph_rgw_realm="kv"), ALLF, "ceph_rgw_realm"),
     # a Gaudi host has no CUDA memory for a `cuda` NIXL buffer

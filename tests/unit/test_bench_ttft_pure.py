@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from deploy_kit.bench import ttft, ttft_report
-from deploy_kit.verify.probes import completions as oa
+from deploy_kit.transport import openai as oa
 
 # vLLM 0.32.0 (CPU) answering a 6-token prompt, max_tokens 3, recorded with curl -N
 _CHUNK = '{"id":"cmpl-a6","object":"text_completion","choices":[%s]%s}'
@@ -180,7 +180,7 @@ def test_plot_is_a_labelled_png(tmp_path: Path) -> None:
 def test_fewer_than_two_serving_hosts_is_a_one_line_error(
         make_inventory: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from deploy_kit.config.open import open_site
-    from deploy_kit.errors import HostsUnreachable
+    from deploy_kit.core.errors import HostsUnreachable
 
     site = open_site(str(make_inventory()))
     answering = {site.group("vllm")[0].address}
@@ -227,7 +227,7 @@ def test_the_site_tier_sees_only_this_runs_objects(monkeypatch: pytest.MonkeyPat
 
 
 def test_remote_rows_carry_their_storage_floor_and_the_overhead_over_it() -> None:
-    """Issue 21 item 9: a remote row's floor is its KV bytes at the GET throughput measured
+    """A remote row's floor is its KV bytes at the GET throughput measured
     in the same run; the remote hit is compared with the DRAM hit plus that floor."""
     plain = _doc()
     assert all("storage_floor_s" not in s for s in plain["summary"])  # nothing measured

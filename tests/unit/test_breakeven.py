@@ -1,4 +1,4 @@
-"""Issue 21 item 8: when does a remote KV hit beat recompute? The FLOP model, the break-even
+"""When does a remote KV hit beat recompute? The FLOP model, the break-even
 bandwidth per serving group, `plan --json`'s fields, and `bench storage`'s verdict."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from deploy_kit.bench.storage import breakeven_line, breakeven_verdict
 from deploy_kit.config.models import HostConfig
-from deploy_kit.geometry import bytes_per_token, find_preset, from_hf_config, prefill_flops
+from deploy_kit.core.geometry import bytes_per_token, find_preset, from_hf_config, prefill_flops
 from deploy_kit.plan import breakeven
 from tests.cli import run_cli
 from tests.conftest import REPO
@@ -127,7 +127,7 @@ def test_bench_storage_says_where_remote_loses() -> None:
 
 
 def test_verify_reads_only_this_sites_bench_storage_result(tmp_path: Path) -> None:
-    from deploy_kit.envelope import dumps
+    from deploy_kit.core.envelope import dumps
     from deploy_kit.verify.gather import storage_measurement
 
     path = tmp_path / "storage.json"
@@ -166,9 +166,9 @@ def test_the_calibration_script_counts_flops_as_the_planner_does() -> None:
 
 
 def test_requests_per_chunk_follow_awscrt_multipart() -> None:
-    """Issue 21 item 6: a 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
+    """A 32 MiB per-rank object (Qwen3-32B, TP 2) is CreateMultipartUpload +
     4 parts of 8 MiB + Complete to store, and 4 ranged GETs to read; 2 MiB is one of each."""
-    from deploy_kit.sizing import AWSCRT_PART_BYTES, s3_requests
+    from deploy_kit.plan.sizing import AWSCRT_PART_BYTES, s3_requests
 
     assert AWSCRT_PART_BYTES == 8 * 2**20
     assert s3_requests(32 * 2**20) == s3_requests(32 * 2**20 - 1) == \

@@ -58,7 +58,7 @@ def test_model_prefix_and_canonical_query() -> None:
 
 
 def test_nixl_object_names_parse_and_aggregate_with_the_connector_layout() -> None:
-    """Issue 21 item 4: NIXL's dynamic mode names an object by the connector's key with '/'
+    """NIXL's dynamic mode names an object by the connector's key with '/'
     and '@' as '_', percent-encoded (LMCache 0.5.6 `_format_object_key_url_safe`)."""
     key = parse_key("Qwen_Qwen3-32B_2_1_-3f9a_bfloat16")
     assert key is not None and (key.model, key.world_size, key.rank, key.chunk_hash,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.errors import EnvironmentProblem, VerifyFailed
+from deploy_kit.core.errors import EnvironmentProblem, VerifyFailed
 from tests.cli import Result, run_cli
 from tests.conftest import REPO, InventoryFactory
 
@@ -119,7 +119,7 @@ def test_error_text_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> 
     """A path with `[/]` in an error or hint: printed as written, the documented exit code,
     no traceback (rich markup once crashed the error handler itself)."""
     from deploy_kit.cli import app as cli_app
-    from deploy_kit.errors import DeployKitError
+    from deploy_kit.core.errors import DeployKitError
 
     def fail(*_: object, **__: object) -> None:
         raise DeployKitError("cannot read /srv/x[/]y/[bold]z.json", hint="see /srv/[red]x[/]")

@@ -1,6 +1,6 @@
 import pytest
 
-from deploy_kit import compat
+from deploy_kit.core import compat
 
 
 def test_lmcache_05_keys_differ_from_03() -> None:

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError
+from deploy_kit.core.errors import InventoryError
 from deploy_kit.render import consul
 from deploy_kit.render.files import render_site, write_tree
 from tests.conftest import InventoryFactory

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.geometry import (
+from deploy_kit.core.geometry import (
     ModelGeometry,
     bytes_per_token,
     chunk_layout,

@@ -6,7 +6,7 @@ import yaml
 
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError
+from deploy_kit.core.errors import InventoryError
 from tests.conftest import BASE_HOSTS, InventoryFactory
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError
+from deploy_kit.core.errors import InventoryError
 from tests.cli import run_cli
 from tests.conftest import BASE_HOSTS, VAULT_PASSWORD, InventoryFactory, vault_password_file
 
@@ -178,7 +178,7 @@ def test_links_may_point_inside_the_repository_but_not_out_of_it(tmp_path: Path)
     import yaml
 
     from deploy_kit.config.open import open_site
-    from deploy_kit.errors import InventoryError
+    from deploy_kit.core.errors import InventoryError
     from tests.conftest import BASE_HOSTS
 
     repo = tmp_path / "repo"

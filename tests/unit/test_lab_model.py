@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.geometry import bytes_per_token, from_hf_config
+from deploy_kit.core.geometry import bytes_per_token, from_hf_config
 from deploykit_lab import model
 
 

@@ -67,7 +67,7 @@ def test_an_lmcache_that_serves_metrics_gets_its_job(make_inventory: InventoryFa
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from deploy_kit import compat
+    from deploy_kit.core import compat
 
     real = compat.lmcache
     monkeypatch.setattr(compat, "lmcache", lambda v: dataclasses.replace(
@@ -303,8 +303,8 @@ def test_the_journal_counter_counts_only_new_lines_per_process(tmp_path: Path) -
     import os
     import stat
 
+    from deploy_kit.core.patterns import S3_LOG_PATTERNS
     from deploy_kit.render.templating import render_template
-    from deploy_kit.verify.model import S3_LOG_PATTERNS
 
     bin_dir, fake = tmp_path / "bin", tmp_path / "fake"
     bin_dir.mkdir()

@@ -17,9 +17,9 @@ from deploy_kit.config.site import Host
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import lmcache_packages
 from deploy_kit.render.tls import SYSTEM_BUNDLE
-from deploy_kit.roundtrip import RoundTripError, _as_store, _names_finding, nixl_object_name
-from deploy_kit.roundtrip import roundtrip as run_roundtrip
 from deploy_kit.verify.model import Status
+from deploy_kit.verify.roundtrip import RoundTripError, _as_store, _names_finding, nixl_object_name
+from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip
 from tests.conftest import InventoryFactory
 
 NIXL = {"lmcache_mode": "nixl"}
@@ -137,7 +137,7 @@ def _fake_driver(stored: int, hits: int) -> tuple[list[str], Any]:
 def test_forced_nixl_round_trip_runs_the_nixl_driver_and_judges_it(
         make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch, stored: int,
         hits: int, status: Status, text: str) -> None:
-    import deploy_kit.roundtrip as rt
+    import deploy_kit.verify.roundtrip as rt
 
     site = open_site(str(make_inventory()))  # two serving hosts: gpu1, gpu2
     monkeypatch.setattr(rt, "_read", lambda site, host, render=False: rt.HostFiles(
@@ -153,7 +153,7 @@ def test_forced_nixl_round_trip_runs_the_nixl_driver_and_judges_it(
 
 def test_a_driver_that_cannot_load_the_obj_plugin_says_why(
         make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    import deploy_kit.roundtrip as rt
+    import deploy_kit.verify.roundtrip as rt
 
     site = open_site(str(make_inventory()))
     monkeypatch.setattr(rt, "_read", lambda site, host, render=False: rt.HostFiles(

@@ -11,7 +11,7 @@ import pytest
 
 from deploy_kit.ansible.extra_vars import check_extra_vars
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError
+from deploy_kit.core.errors import InventoryError
 from deploy_kit.render.files import render_site
 from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
 from tests.cli import run_cli
@@ -162,8 +162,8 @@ def test_extra_vars_files_are_read_bounded(tmp_path: Path, make: str) -> None:
 
 
 def test_ca_and_wheelhouse_lock_fifos_are_refused_unread(tmp_path: Path) -> None:
-    from deploy_kit.tls import TlsError, load_ca
-    from deploy_kit.wheelhouse import LOCK_NAME, lock_digest
+    from deploy_kit.ops.tls import TlsError, load_ca
+    from deploy_kit.ops.wheelhouse import LOCK_NAME, lock_digest
 
     cert, key = tmp_path / "ca.pem", tmp_path / "ca.key"
     os.mkfifo(cert)

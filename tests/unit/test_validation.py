@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from deploy_kit.config.open import open_site
-from deploy_kit.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError, Problem
 from tests.conftest import BASE_HOSTS, InventoryFactory
 
 
@@ -199,7 +199,7 @@ def test_gpu_host_on_a_cpu_only_vllm_is_refused(make_inventory: InventoryFactory
 
 
 def test_every_number_a_setting_takes_is_bounded_both_ways() -> None:
-    """Issue 20 class 7 as one mechanism: no numeric setting renders without a bound (an
+    """One mechanism for numbers: no numeric setting renders without a bound (an
     absurd size or count is refused at validate), and NaN/infinity pass no range check."""
     from annotated_types import Ge, Gt, Le, Lt
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.wheelhouse import (
+from deploy_kit.ops.wheelhouse import (
     LOCK_NAME,
     Recipe,
     WheelhouseError,
@@ -99,7 +99,7 @@ def test_nixl_recipes_take_the_extra_and_the_pinned_nixl(tmp_path: Path) -> None
 def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:
     import tarfile
 
-    from deploy_kit.wheelhouse import ARCHIVE_NAME, has_archive, write_archive
+    from deploy_kit.ops.wheelhouse import ARCHIVE_NAME, has_archive, write_archive
 
     (tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"n")
     write_lock(tmp_path)
@@ -113,11 +113,11 @@ def test_archive_holds_the_wheels_and_the_lock(tmp_path: Path) -> None:
 
 def test_a_directory_built_with_other_pins_is_built_again(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 21 item 4: the directory name has no NIXL or torch pin, so its manifest decides:
+    """The directory name has no NIXL or torch pin, so its manifest decides:
     a wheelhouse resolved with nixl 1.5.1 is not reused once compat.yaml pins 1.4.1."""
     import json
 
-    from deploy_kit import wheelhouse
+    from deploy_kit.ops import wheelhouse
 
     recipe = Recipe("cuda", "0.33.0", "0.5.6", "3.11", nixl=True)
     target = tmp_path / recipe.name

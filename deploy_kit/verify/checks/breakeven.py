@@ -1,5 +1,5 @@
 """Is the remote tier fast enough to beat recompute? `plan`'s break-even bandwidth per
-serving group against the GET throughput `bench storage` last measured (issue 21 item 8)."""
+serving group against the GET throughput `bench storage` last measured."""
 
 from __future__ import annotations
 

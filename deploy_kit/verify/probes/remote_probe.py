@@ -18,8 +18,8 @@ from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 from deploy_kit.config.site import Host
+from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import RemoteRead
-from deploy_kit.verify.probes import completions as oa
 from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, request_with_hits
 
 SETTLE_S = 5.0  # LMCache stores a finished request's chunks in S3 in the background

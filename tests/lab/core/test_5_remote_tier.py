@@ -1,4 +1,4 @@
-"""The cross-host tier after an outage (issue 19): with both concentrators down while lab3
+"""The cross-host tier after an outage: with both concentrators down while lab3
 serves, lab3's LMCache server turns S3 off for the life of the process (its breaker). DRAM
 still answers repeats on lab3, so only a read on another host, or the journal, shows it:
 verify fails naming lab3 and the breaker's time, a plain `up` restarts lab3 (no file

@@ -1,4 +1,4 @@
-"""Maintenance of the tier under load (issue 19): a configuration change that restarts every
+"""Maintenance of the tier under load: a configuration change that restarts every
 gateway, reloads every concentrator and Consul service definition and restarts every
 CoreDNS, applied by `up` while a client keeps sending fresh prompts to both serving hosts.
 

@@ -1,5 +1,5 @@
 """Lab session `monitoring`: `deploykit lab up --profile monitoring`, then the tests of this
-package (issue 22's proof: a real Prometheus on lab1 scrapes every job and fires alerts)."""
+package (the monitoring's proof: a real Prometheus on lab1 scrapes every job, fires alerts)."""
 
 from tests.lab.conftest import session_fixtures
 

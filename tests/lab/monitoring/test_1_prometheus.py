@@ -1,4 +1,4 @@
-"""Issue 22's proof in the lab: the Prometheus that `up` installed on lab1 scrapes every
+"""The monitoring's proof in the lab: the Prometheus that `up` installed on lab1 scrapes every
 rendered job, the external hit series moves after a cross-host hit that only S3 can answer,
 and stopping a concentrator fires the concentrator-down alert within its `for:` plus one
 scrape and one evaluation interval."""

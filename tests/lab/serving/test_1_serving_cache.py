@@ -44,7 +44,7 @@ def test_bench_ttft_protocol_hits_where_it_must(converged: Lab, tmp_path: Path) 
                                                         "dram_only_control") else "lab3"), row
     assert {s["case"] for s in doc["summary"]} >= {"remote_hit_other_host"}, doc["summary"]
     assert doc["purged_objects"]["4096"] >= 2 * 16 and doc["notes"] == []
-    # the storage floor, measured in the same run (issue 21 item 9); the ratio is bench's
+    # the storage floor, measured in the same run (not an old figure); the ratio is bench's
     assert doc["storage"]["get_gb_per_s"] > 0 and doc["storage"]["measured_from"] == "lab3"
     other = next(s for s in doc["summary"] if s["case"] == "remote_hit_other_host")
     assert other["storage_floor_s"] > 0 and other["vs_dram_plus_floor"] is not None

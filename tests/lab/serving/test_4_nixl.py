@@ -1,4 +1,4 @@
-"""NIXL's OBJ plugin against the lab RGW (issue 9): LMCache's own NIXL storage backend in
+"""NIXL's OBJ plugin against the lab RGW: LMCache's own NIXL storage backend in
 dynamic mode, with CPU buffers, stores chunks from lab3's network namespace through the
 nixl_backend_params deploykit renders for lab3 (endpoint by the S3 name, region, bucket,
 checksums) and lab3's AWS profile; lab4 hits them byte-identical; another seed misses. The
@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from deploy_kit.roundtrip import nixl_object_name
+from deploy_kit.verify.roundtrip import nixl_object_name
 from deploykit_lab.driver_venv import ensure_driver_venv
 from tests.lab.conftest import CEPH_CONF, Lab, chunk_bytes, lab_model_on_host
 

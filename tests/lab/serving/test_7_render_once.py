@@ -1,5 +1,5 @@
 """A phase tag runs only its phase on the converged lab (the plain ansible-playbook path is
-molecule's: test_lab_molecule.py)."""
+molecule's: tests/lab/ansible/test_molecule.py)."""
 
 from __future__ import annotations
 

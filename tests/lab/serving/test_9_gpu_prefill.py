@@ -1,4 +1,4 @@
-"""Issue 21 item 10: bench/gpu-prefill.py on a CPU with a tiny geometry, on a serving host
+"""bench/gpu-prefill.py on a CPU with a tiny geometry, on a serving host
 with the serving venv's PyTorch (no vLLM imported, nothing fetched): it times sampled
 layers, scales them to the model's depth and reports TFLOPS the planner can use."""
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy_kit import compat
-from deploy_kit.errors import DeployKitError
-from deploy_kit.exit_codes import ExitCode
+from deploy_kit.core import compat
+from deploy_kit.core.errors import DeployKitError
+from deploy_kit.core.exit_codes import ExitCode
 
 LOCK_NAME = "requirements.lock"
 MANIFEST_NAME = "manifest.json"

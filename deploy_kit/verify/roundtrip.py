@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import DeployKitError
+from deploy_kit.core.errors import DeployKitError
 from deploy_kit.project import project_dir
 from deploy_kit.render import lmcache_server, names, tls
 from deploy_kit.render.lmcache import render_lmcache_yaml

@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from deploy_kit.config.site import Host, Site
-from deploy_kit.errors import DeployKitError, InventoryError, Problem
-from deploy_kit.exit_codes import ExitCode
+from deploy_kit.core.errors import DeployKitError, InventoryError, Problem
+from deploy_kit.core.exit_codes import ExitCode
 from deploy_kit.render import tls as names
 from deploy_kit.safe_read import read_bytes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deploy_kit.exit_codes import ExitCode
+from deploy_kit.core.exit_codes import ExitCode
 
 
 class DeployKitError(Exception):

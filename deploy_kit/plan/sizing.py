@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deploy_kit import compat
 from deploy_kit.config.models import HostConfig, PoolSpec
+from deploy_kit.core import compat
 
 GIB = 1024**3
 

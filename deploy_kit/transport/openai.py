@@ -3,7 +3,8 @@ token-id lists (exact lengths, no tokenizer on the controller), streamed complet
 on the controller, and the Prometheus counters that say where prompt tokens came from.
 
 Pure parts (prompt_ids, timing, parse_metrics, delta) are unit-tested from recorded data;
-the HTTP parts are plain http.client against host.address:vllm_port.
+the HTTP parts are plain http.client against host.address:vllm_port; api_key and
+model_name say what a host's inventory asks the client to send.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy_kit.verify.model import EXTERNAL_HITS, EXTERNAL_QUERIES, LOCAL_HITS, LOCAL_QUERIES
+from deploy_kit.config.site import Host
+from deploy_kit.core.patterns import EXTERNAL_HITS, EXTERNAL_QUERIES, LOCAL_HITS, LOCAL_QUERIES
 
 # Token ids that exist in every tokenizer deploykit serves: the lab's byte-level tokenizer
 # has its 256 byte tokens at 3..258; real models (vocab >= 32,000) take 1000..30999. Ids
@@ -166,6 +168,18 @@ def served(address: str, port: int, api_key: str | None = None) -> Served:
         with contextlib.suppress(ValueError, AttributeError):
             result.version = str(json.loads(body).get("version"))
     return result
+
+
+def api_key(host: Host) -> str | None:
+    secret = getattr(host.config, "vllm_api_key", None)
+    return secret.get_secret_value() if secret is not None else None
+
+
+def model_name(host: Host, seen: Served | None = None) -> str:
+    c = host.config
+    if seen is not None and seen.model:
+        return seen.model
+    return str(getattr(c, "vllm_served_model_name", None) or c.vllm_model)
 
 
 _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+'
