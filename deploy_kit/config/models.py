@@ -21,7 +21,7 @@ SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "consul_acl_management_token", "consul_acl_agent_token",
                "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
 
-# --- value types pasted into config text (Corefile, zone, HAProxy, rgw-pools.sh) ------------
+# --- value types pasted into config text (Corefile, zone, HAProxy) ---------------------------
 # A validator's ValueError reads "<problem>|<fix>"; site.py splits it into message and hint.
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
 # Ceph pool names: letters, digits, '.', '_', '-' (no spaces, quotes or shell syntax).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 from functools import cache
 from typing import Any
 
@@ -63,7 +62,6 @@ def environment() -> jinja2.Environment:
     )
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
-    env.filters["shell_quote"] = shlex.quote
     env.filters["env_quote"] = env_quote
     return env
 
