@@ -15,51 +15,118 @@ from typing import Any
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import names
+from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
+from deploy_kit.render.vllm import secret_env_path
 
-# Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
-# rendered tree. The rendered tree's own paths (secret files included) are added per host.
-GROUP_PATHS: dict[str, tuple[str, ...]] = {
-    "rgw": ("/etc/ceph/ceph.conf", HAPROXY_PEM_PATH, "/etc/consul.d/secrets.json",
-            "/usr/local/bin/consul"),
-    "consul_servers": ("/etc/consul.d/secrets.json", "/usr/local/bin/consul"),
-    "dns": ("/usr/local/bin/coredns",),
-    "vllm": ("/usr/local/share/ca-certificates/deploykit-ca.crt",
-             "/etc/pki/ca-trust/source/anchors/deploykit-ca.crt"),
+# The group whose hosts run each service (the playbooks' host patterns): which of
+# role_paths() and role_units() a host's record watches.
+CONSUL_HOSTS = frozenset({"rgw", "consul_servers"})
+
+
+def role_paths(host: Host) -> dict[str, Any]:
+    """The files the roles write from what only Ansible holds (keys, binaries, markers), so
+    not in the rendered tree, under the settings.json names the roles' `dest:` reads. The
+    converge record watches these same values (watched_paths), so the two cannot drift."""
+    c = host.config
+    return {
+        "_consul_binary_path": names.CONSUL_BINARY_PATH,
+        "_consul_secrets_path": names.CONSUL_SECRETS_PATH,
+        "_coredns_binary_path": names.COREDNS_BINARY_PATH,
+        "_ceph_rgw_conf_path": names.RGW_CONF_PATH,
+        "_ceph_rgw_haproxy_pem_path": HAPROXY_PEM_PATH,
+        # secret files the render also names (their content never leaves Ansible)
+        "_ceph_rgw_haproxy_stats_env_path": HAPROXY_STATS_ENV_PATH,
+        "_vllm_secret_env_path": secret_env_path(host) if c.vllm_api_key is not None else None,
+        "_ceph_rgw_keyring_paths": {
+            name: names.rgw_keyring_path(name)
+            for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
+        "_lmcache_ca_trust": names.CA_TRUST,
+        "_lmcache_credentials_path": names.credentials_path(c),
+        "_serving_env_lock_marker_path": names.serving_env_lock_marker_path(c),
+        "_serving_env_wheelhouse_marker_path": names.serving_env_wheelhouse_marker_path(c),
+        "_vllm_model_staged_marker_path": (names.model_staged_marker_path(c)
+                                           if c.model_is_local else None),
+    }
+
+
+# Which of role_paths() each group's roles write (a name not listed for any of a host's groups
+# is not watched there: cephadm, not deploykit, keeps the admin host's ceph.conf).
+GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
+    "rgw": ("_ceph_rgw_conf_path", "_ceph_rgw_haproxy_pem_path", "_ceph_rgw_keyring_paths",
+            "_ceph_rgw_haproxy_stats_env_path"),
+    "consul": ("_consul_binary_path", "_consul_secrets_path"),
+    "dns": ("_coredns_binary_path",),
+    "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
+             "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
+             "_vllm_model_staged_marker_path"),
 }
-GROUP_UNITS: dict[str, tuple[str, ...]] = {
-    "rgw": ("consul", "haproxy"),
-    "consul_servers": ("consul",),
-    "dns": ("coredns",),
-    "vllm": ("lmcache-server", "vllm", "prometheus-node-exporter",
-             "deploykit-lmcache-s3-events.timer"),
-    "monitoring": ("prometheus", "prometheus-blackbox-exporter", "prometheus-alertmanager"),
-}
+
+
+def _groups(host: Host) -> set[str]:
+    return set(host.groups) | ({"consul"} if host.groups & CONSUL_HOSTS else set())
+
+
+def _flat(value: Any) -> list[str]:
+    """Every path in one role_paths() value (a path, None, {os: {path, command}}, {name: path})."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [p for v in value.values() for p in _flat(v["path"] if isinstance(v, dict) else v)]
 
 
 def watched_paths(host: Host, rendered: Iterable[str]) -> list[str]:
-    c = host.config
+    written = role_paths(host)
     paths = set(rendered)
-    for group in host.groups & GROUP_PATHS.keys():
-        paths.update(GROUP_PATHS[group])
-    if "rgw" in host.groups:
-        paths.update(f"/etc/ceph/ceph.client.{name}.keyring"
-                     for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host))
-    if "vllm" in host.groups:
-        paths.add(names.credentials_path(c))
-        paths.add(f"{c.lmcache_config_dir}/serving-env.lock-sha256")
-        paths.add(f"{c.vllm_venv}/.deploykit-wheelhouse")  # what serving_env installed
-        if c.model_is_local:  # the digest of what was staged: a re-staged model changes it
-            paths.add(f"{c.model_path_on_host}/.deploykit-staged")
+    for group in _groups(host) & GROUP_PATH_NAMES.keys():
+        for name in GROUP_PATH_NAMES[group]:
+            paths.update(_flat(written[name]))
     return sorted(paths)
 
 
+def role_units(host: Host) -> dict[str, Any]:
+    """The units the roles run, under the settings.json names their systemd tasks read (the
+    record watches the same values). A unit deploykit renders is named after its file; one a
+    package ships (haproxy, the Prometheus family) is named here once."""
+    c = host.config
+    return {
+        # Debian's ceph-radosgw@.service runs `--name client.%i`: one unit per instance
+        "_ceph_rgw_instance_units": {
+            name: f"ceph-radosgw@{name}"
+            for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
+        "_ceph_rgw_haproxy_unit": "haproxy",
+        "_consul_unit": "consul",
+        "_coredns_unit": "coredns",
+        "_lmcache_server_unit": "lmcache-server",
+        "_vllm_unit": "vllm",
+        "_monitoring_node_exporter_unit": "prometheus-node-exporter",
+        "_monitoring_s3_events_unit": "deploykit-lmcache-s3-events.timer",
+        "_monitoring_prometheus_unit": "prometheus",
+        "_monitoring_blackbox_unit": "prometheus-blackbox-exporter",
+        "_monitoring_alertmanager_unit": "prometheus-alertmanager",
+    }
+
+
+GROUP_UNIT_NAMES: dict[str, tuple[str, ...]] = {
+    "rgw": ("_ceph_rgw_instance_units", "_ceph_rgw_haproxy_unit"),
+    "consul": ("_consul_unit",),
+    "dns": ("_coredns_unit",),
+    "vllm": ("_lmcache_server_unit", "_vllm_unit", "_monitoring_node_exporter_unit",
+             "_monitoring_s3_events_unit"),
+    "monitoring": ("_monitoring_prometheus_unit", "_monitoring_blackbox_unit",
+                   "_monitoring_alertmanager_unit"),
+}
+
+
 def watched_units(host: Host) -> list[str]:
-    units = {unit for group in host.groups & GROUP_UNITS.keys() for unit in GROUP_UNITS[group]}
-    if "rgw" in host.groups:
-        units.update(f"ceph-radosgw@{name}" for name in
-                     names.rgw_instance_names(host.name, host.config.ceph_rgw_count_per_host))
-    return sorted(units)
+    units = role_units(host)
+    watched: set[str] = set()
+    for group in _groups(host) & GROUP_UNIT_NAMES.keys():
+        for name in GROUP_UNIT_NAMES[group]:
+            value = units[name]
+            watched.update([value] if isinstance(value, str) else value.values())
+    return sorted(watched)
 
 
 def cluster_probes(host: Host) -> list[list[str]]:

@@ -12,12 +12,21 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.config.models import SECRET_KEYS, HostConfig
+
 INPUTS_PATH = "/.deploykit/inputs.json"
 CODE = ("roles", "playbooks", "plugins")
 # Options that steer one run, not what a host ends up with (the render directory is new on
 # every run; --full and --restart-serving bypass the records anyway).
 RUN_SCOPED = frozenset({"deploykit_render_dir", "deploykit_full", "deploykit_restart_serving",
                         "vllm_serial"})
+# What the host's settings.json holds (every setting but the secrets, and the computed `_`
+# names): digested with the rendered tree already, so not read again per variable.
+SETTINGS = frozenset(HostConfig.model_fields) - frozenset(SECRET_KEYS)
+
+
+def in_settings(name: str) -> bool:
+    return name in SETTINGS or name.startswith("_")
 
 
 def tree_digest(root: Path, digest: Any) -> None:
@@ -31,14 +40,15 @@ def tree_digest(root: Path, digest: Any) -> None:
 
 
 def role_options(project: Path) -> list[str]:
-    """Every option name of every entry point of every role's argument spec: the inputs
-    the roles read beyond the rendered tree (tests/unit/test_roles.py keeps it so)."""
+    """Every option name of every entry point of every role's argument spec that settings.json
+    does not hold: the inputs the roles read beyond the rendered tree (secrets, run options;
+    tests/unit/test_roles.py keeps the specs complete)."""
     names: set[str] = set()
     for spec in sorted(project.glob("roles/*/meta/argument_specs.yml")):
         entries = (yaml.safe_load(spec.read_text()) or {}).get("argument_specs", {})
         for entry in entries.values():
             names.update((entry or {}).get("options", {}) or {})
-    return sorted(names - RUN_SCOPED)
+    return sorted(name for name in names - RUN_SCOPED if not in_settings(name))
 
 
 def code_inputs(project: Path) -> dict[str, Any]:

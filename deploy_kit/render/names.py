@@ -53,6 +53,42 @@ CONSUL_AGENT_PATH = "/etc/consul.d/consul.json"
 CONSUL_SERVICE_PATH = "/etc/consul.d/s3-service.json"
 COREDNS_DIR = "/etc/coredns"
 
+# Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
+# rendered tree: settings.json carries each under its own name, the roles' `dest:` reads that
+# name, and the converge record watches the same value (render/converged.py).
+CONSUL_BINARY_PATH = "/usr/local/bin/consul"
+CONSUL_SECRETS_PATH = "/etc/consul.d/secrets.json"
+COREDNS_BINARY_PATH = "/usr/local/bin/coredns"
+# Where each OS family keeps local trust anchors, and what rebuilds the bundle awscrt reads
+# (Debian: /etc/ssl/certs/ca-certificates.crt; RHEL family: /etc/pki/tls/certs/ca-bundle.crt,
+# one of awscrt's compiled-in default locations too). The lmcache role tells them apart by the
+# anchors directory, so no fact gathering is needed.
+CA_TRUST = {
+    "debian": {"path": "/usr/local/share/ca-certificates/deploykit-ca.crt",
+               "command": ["update-ca-certificates"]},
+    "redhat": {"path": "/etc/pki/ca-trust/source/anchors/deploykit-ca.crt",
+               "command": ["update-ca-trust", "extract"]},
+}
+
+
+def rgw_keyring_path(instance: str) -> str:
+    return f"/etc/ceph/ceph.client.{instance}.keyring"
+
+
+def serving_env_lock_marker_path(c: HostConfig) -> str:
+    """The requirements.lock digest the serving_env role last installed."""
+    return f"{c.lmcache_config_dir}/serving-env.lock-sha256"
+
+
+def serving_env_wheelhouse_marker_path(c: HostConfig) -> str:
+    """What serving_env installed into the venv."""
+    return f"{c.vllm_venv}/.deploykit-wheelhouse"
+
+
+def model_staged_marker_path(c: HostConfig) -> str:
+    """The digest of the controller model directory last staged on the host."""
+    return f"{c.model_path_on_host}/.deploykit-staged"
+
 
 def rgw_instance_names(host_name: str, count: int) -> list[str]:
     """Instance names for Debian's ceph-radosgw@.service (it runs `--name client.%i`)."""

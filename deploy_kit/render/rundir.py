@@ -2,7 +2,7 @@
 
 Layout (the same as `deploykit render -o DIR`):
   DIR/<host>/<absolute path>            every non-secret file the host receives
-  DIR/<host>/.deploykit/settings.json   the host's validated settings + derived names
+  DIR/<host>/.deploykit/settings.json   the host's validated settings + computed `_` names
   DIR/_cluster/...                      site-wide files (pool script, lifecycle, cephadm spec)
   DIR/_cluster/.deploykit/site.json     site-wide facts the roles branch on
 
@@ -21,17 +21,16 @@ from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
+from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
 from deploy_kit.render import converged, names, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.render.storage import (
-    HAPROXY_STATS_ENV_PATH,
     deploykit_manages_concentrator,
     lifecycle_rules,
 )
-from deploy_kit.render.vllm import secret_env_path
 
 SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
@@ -79,55 +78,69 @@ def coredns_binary_sha256(c: HostConfig) -> str:
     return c.coredns_binary_sha256 or legacy
 
 
+# settings.json's own key: deploykit_common/tasks/settings.yml loads the file once per host per
+# run (include_vars persists for the rest of the playbook run) and skips when it is defined.
+LOADED_MARKER = "_deploykit_settings_loaded"
+
+
 def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
-    """What the roles act on: every setting with its default filled in, and derived names."""
+    """What the roles act on, as plain host variables: every setting under its own name with
+    its default filled in, and every value computed here under a name of its own. Computed
+    names are internal: a leading underscore and the role (or `deploykit` for all) that reads
+    them, so they never collide with an inventory knob."""
     c = host.config
     settings = c.model_dump(mode="json", exclude=set(SECRET_KEYS))
-    settings["derived"] = {
-        "header": names.HEADER,
+    serving = "vllm" in host.groups
+    settings |= {
+        LOADED_MARKER: True,
+        "_deploykit_header": names.HEADER,
         # where services listen and health gates knock: deploykit_address, else ansible_host
         # (which may be an ssh_config alias only the controller can resolve)
-        "address": host.address,
-        "aws_profile": names.aws_profile(c),
-        "credentials_path": names.credentials_path(c),
-        "rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
-        "files": paths,
+        "_deploykit_address": host.address,
+        # every non-secret file rendered for this host (absolute paths on the host)
+        "_deploykit_files": paths,
+        "_lmcache_aws_profile": names.aws_profile(c),
+        "_ceph_rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
         # Consul re-reads these on SIGHUP; any other file under /etc/consul.d needs a restart
-        "consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
+        "_consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
         # what get_url checks a downloaded release against: never nothing
-        "consul_archive_checksum": consul_archive_checksum(c),
-        "coredns_archive_checksum": coredns_archive_checksum(c),
-        "coredns_binary_sha256": coredns_binary_sha256(c),
+        "_consul_archive_checksum": consul_archive_checksum(c),
+        "_coredns_archive_checksum": coredns_archive_checksum(c),
+        "_coredns_binary_sha256": coredns_binary_sha256(c),
+        "_ceph_rgw_has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
+        "_lmcache_server": c.lmcache_topology == "server",
+        # the unit whose process holds LMCache's S3 circuit breaker, and the journal words it
+        # logs when it trips (the same words verify reads: core/patterns.py S3_LOG_PATTERNS)
+        "_lmcache_breaker_unit": (("lmcache-server" if c.lmcache_topology == "server"
+                                   else "vllm") if serving else None),
+        "_lmcache_breaker_pattern": S3_LOG_PATTERNS["breaker"] if serving else None,
+        **converged.role_paths(host),
+        **converged.role_units(host),
     }
     try:
         table = compat.vllm(c.vllm_version)
     except ValueError:
         return settings
     accelerator = c.vllm_accelerator or "cuda"
-    settings["derived"] |= {
+    settings |= {
         # compat.yaml: what the pinned vLLM installs on this accelerator, and from where
-        "vllm_packages": table.packages(accelerator, c.vllm_version),
-        "wheelhouse_required": table.needs_wheelhouse(accelerator),
-        "vllm_groups": table.groups_for(accelerator),
-        "system_packages": (table.system_packages or {}).get(accelerator, []),
-        "lmcache_packages": lmcache_packages(c),
-        "vllm_secret_env": secret_env_path(host) if c.vllm_api_key is not None else None,
-        "haproxy_stats_env": HAPROXY_STATS_ENV_PATH,
-        "has_vllm_api_key": c.vllm_api_key is not None,
-        "has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
-        "kv_connector": c.kv_connector,
+        "_vllm_packages": table.packages(accelerator, c.vllm_version),
+        "_vllm_wheelhouse_required": table.needs_wheelhouse(accelerator),
+        "_vllm_groups": table.groups_for(accelerator),
+        "_serving_env_system_packages": (table.system_packages or {}).get(accelerator, []),
+        "_lmcache_packages": lmcache_packages(c),
+        "_vllm_has_api_key": c.vllm_api_key is not None,
         # a local model directory on the controller, staged by the vllm role
-        "model_is_local": c.model_is_local,
-        "model_on_host": c.model_path_on_host,
+        "_vllm_model_is_local": c.model_is_local,
+        "_vllm_model_on_host": c.model_path_on_host,
         # the role stages the directory again only when this changes (one read, not one
         # stat per file, on a re-run)
-        "model_digest": model_digest(c.vllm_model) if c.model_is_local else None,
-        "lmcache_server": c.lmcache_topology == "server",
+        "_vllm_model_digest": model_digest(c.vllm_model) if c.model_is_local else None,
         # CPU hosts run vLLM on their cores: no accelerator device to look for
-        "needs_device": accelerator != "cpu",
+        "_vllm_needs_device": accelerator != "cpu",
         # a deploykit wheelhouse (requirements.lock): the serving_env role installs it whole
-        "wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
-        "wheelhouse_archive": has_archive(c.vllm_wheel_dir),
+        "_serving_env_wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
+        "_serving_env_wheelhouse_archive": has_archive(c.vllm_wheel_dir),
     }
     return settings
 
@@ -191,11 +204,14 @@ def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | Non
     for name, host in site.hosts.items():
         paths = sorted(path for path, f in tree[name].items() if not f.secret)
         settings = host_settings(host, paths)
-        settings["derived"]["converged"] = converged.watch(
+        # what the host's converge record watches (roles/deploykit_common converged_*)
+        settings["_deploykit_converged"] = converged.watch(
             host, (every_path or {}).get(name, paths))
         tls_paths = tls.derived(site.root, host)
         if tls_paths is not None:  # controller paths of the issued material (no key inside)
-            settings["derived"]["tls"] = tls_paths
+            settings["_deploykit_tls_ca_cert_src"] = tls_paths["ca_cert"]
+            if "host_pem" in tls_paths:
+                settings["_ceph_rgw_tls_pem_src"] = tls_paths["host_pem"]
         tree[name] = {**tree[name], SETTINGS_PATH: _json(settings)}
     tree[CLUSTER] = {**tree[CLUSTER], SITE_PATH: _json(site_facts(site)),
                      INPUTS_PATH: _json(code_inputs(project_dir()))}

@@ -48,17 +48,19 @@ class Fleet:
                 "deploykit_common_record_path": str(state / "converged.json")}
             settings = root / "render" / host / ".deploykit" / "settings.json"
             settings.parent.mkdir(parents=True)
-            settings.write_text(json.dumps({"derived": {"converged": {
+            settings.write_text(json.dumps({"_deploykit_settings_loaded": True,
+                                            "_deploykit_converged": {
                 "paths": [str(self.watched(host))],
                 "units": ["haproxy", "consul"] if host != "admin" else [],
                 "probes": [["cat", str(root / "cluster")]] if host == "admin" else [],
                 "breaker_unit": "lmcache-server" if host == "gw2" else None,
                 "breaker_pattern": "S3L2Adapter disabled after" if host == "gw2" else None,
-            }}}))
+            }}))
         # what every render writes once: deploykit's code digest and the roles' input names
         (root / "render" / "_cluster" / ".deploykit").mkdir(parents=True)
         (root / "render" / "_cluster" / ".deploykit" / "inputs.json").write_text(
             json.dumps(code_inputs(REPO)))
+        (root / "render" / "_cluster" / ".deploykit" / "site.json").write_text("{}\n")
         (root / "hosts.yml").write_text(yaml.safe_dump(inventory))
         (root / "site.yml").write_text(yaml.safe_dump([
             {"ansible.builtin.import_playbook": str(REPO / "playbooks" / "converged.yml")},
@@ -131,7 +133,7 @@ def test_another_input_converges_every_host_it_reaches(fleet: Fleet) -> None:
     assert fleet.up("-e", "consul_gossip_key=rotated") == set(HOSTS)  # a secret, by digest
     assert fleet.up("-e", "consul_gossip_key=rotated") == set()
     settings = fleet.root / "render" / "gw2" / ".deploykit" / "settings.json"
-    settings.write_text(settings.read_text().replace("}}}", '}, "x": 1}}'))
+    settings.write_text(settings.read_text().replace("}}", '}, "x": 1}'))
     assert fleet.up("-e", "consul_gossip_key=rotated") == {"gw2", "admin"}
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from deploy_kit.config.models import HostConfig, PoolSpec
+from deploy_kit.config.models import SECRET_KEYS, HostConfig, PoolSpec
 from tests.conftest import REPO
 
 ROLES = sorted(p for p in (REPO / "roles").iterdir() if p.is_dir())
@@ -22,8 +24,11 @@ def test_defaults_match_argument_specs(role: Path) -> None:
     options = specs["argument_specs"]["main"]["options"]
     owned = {name for name in options if name.startswith(role.name + "_")}
     secrets = {name for name in owned if options[name].get("no_log")}
-    # a secret may have no default (the vault holds it); every other input has one
-    assert owned - secrets <= set(defaults) <= owned, role.name
+    assert set(defaults) <= owned, role.name
+    # a setting's one default is the Python model's (settings.json always carries it); a role
+    # default is left only for a secret (never in settings.json) or a role-only knob
+    settings = set(HostConfig.model_fields) - set(SECRET_KEYS)
+    assert not (set(defaults) - secrets) & settings, f"{role.name} repeats models.py defaults"
     for name in defaults:
         assert name.startswith(role.name + "_"), f"{name} lacks the {role.name}_ prefix"
         assert options[name].get("description"), f"{name} is undocumented"
@@ -100,3 +105,50 @@ def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
     read = {name for doc in documents for expression in _expressions(doc)
             for name in INPUT.findall(QUOTED.sub("", expression))}
     assert read - defined - options == set(), role.name
+
+
+# A value the render computed (deploy_kit/render/rundir.py host_settings): `_<area>_<name>`
+# (one underscore; a role's own facts and registers use two).
+COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|"
+                      r"monitoring|deploykit)_[a-z0-9_]+)\b")
+
+
+def _role_documents(role: Path) -> list[Any]:
+    return [yaml.safe_load(path.read_text()) for folder in ("tasks", "handlers", "vars")
+            for path in sorted((role / folder).glob("*.yml"))]
+
+
+def _reads(documents: list[Any], pattern: re.Pattern[str]) -> set[str]:
+    return {name for doc in documents for expression in _expressions(doc)
+            for name in pattern.findall(QUOTED.sub("", expression))}
+
+
+@cache
+def _rendered_settings_names() -> frozenset[str]:
+    """Every name some host's settings.json holds, over the example site and the golden sites
+    (a computed name appears only where it applies: TLS, a serving host, a local model)."""
+    from deploy_kit.config.open import open_site
+    from deploy_kit.render.rundir import SETTINGS_PATH, role_tree
+
+    names: set[str] = set()
+    for inventory in [REPO / "inventory" / "example",
+                      *sorted((REPO / "tests" / "golden").glob("*/inventory"))]:
+        for files in role_tree(open_site(str(inventory))).values():
+            if SETTINGS_PATH in files:
+                names.update(json.loads(files[SETTINGS_PATH].content))
+    return frozenset(names | {"_deploykit_site"})  # site.json, loaded under one name
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_argument_specs_name_every_computed_setting_the_role_reads(
+        role: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The computed names come from settings.json like every other setting: each one a role's
+    tasks or handlers read is an option of its argument spec, and exists in the render (a
+    misspelt name would read as undefined only on the host that reaches the task)."""
+    monkeypatch.setenv("DK_GOLDEN_ACCESS", "GOLDENACCESSKEY")  # the golden sites' S3 keys
+    monkeypatch.setenv("DK_GOLDEN_SECRET", "golden-secret-not-real")
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = {name for entry in specs.values() for name in (entry or {}).get("options") or {}}
+    read = _reads(_role_documents(role), COMPUTED)
+    assert read - options == set(), role.name
+    assert read <= _rendered_settings_names(), sorted(read - _rendered_settings_names())

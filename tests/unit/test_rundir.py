@@ -34,7 +34,7 @@ def test_role_tree_is_render_without_secrets_plus_settings(
     for name in site.hosts:
         settings = json.loads(tree[name][SETTINGS_PATH].content)
         assert "deploykit_s3_secret_key" not in settings
-        assert settings["derived"]["files"] == sorted(
+        assert settings["_deploykit_files"] == sorted(
             p for p, f in full[name].items() if not f.secret)
     facts = json.loads(tree["_cluster"][SITE_PATH].content)
     assert set(facts) == {"ceph", "lifecycle", "gateways", "dns_servers", "rgw_daemons"}
@@ -58,7 +58,7 @@ def test_roles_get_service_addresses_never_an_ssh_alias(
     tree = role_tree(site)
     for name, host in site.hosts.items():
         settings = json.loads(tree[name][SETTINGS_PATH].content)
-        assert settings["derived"]["address"] == host.address
+        assert settings["_deploykit_address"] == host.address
         assert host.address.startswith("10.0."), host.address
         for path, rendered in tree[name].items():
             assert "via-bastion" not in rendered.content, f"{name}{path}"
@@ -213,40 +213,78 @@ def test_every_download_is_checked(make_inventory: InventoryFactory, settings: d
     site = open_site(str(make_inventory(all=settings)))
     tree = role_tree(site)
     for name in site.hosts:
-        derived = json.loads(tree[name][SETTINGS_PATH].content)["derived"]
-        assert derived["consul_archive_checksum"] == consul
-        assert derived["coredns_archive_checksum"] == coredns
+        derived = json.loads(tree[name][SETTINGS_PATH].content)
+        assert derived["_consul_archive_checksum"] == consul
+        assert derived["_coredns_archive_checksum"] == coredns
 
 
-def test_the_converge_record_watches_every_file_and_unit_the_roles_write() -> None:
-    """What a role writes to a literal path, and every unit it starts by name, is watched on
-    some host of the example site; what it writes to a settings-derived path is watched on
-    the host that gets it. A file left out here would let a hand edit survive a re-run."""
+# A scratch copy pip installs from (removed or rewritten on every install), not state a re-run
+# must find as it was left.
+SCRATCH = frozenset({"/var/cache/deploykit-wheels/"})
+
+
+def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
+    """One source for what a host holds: a role writes either a rendered file (its `dest:`
+    the rendered path, watched with the rendered tree) or a path settings.json names (its
+    `dest:` reads that name), and runs units whose names settings.json carries. The record
+    watches exactly those names (render/converged.py), so a file or unit a role starts writing
+    is watched or this fails; a hand edit of it cannot survive a re-run."""
     import re
 
-    from deploy_kit.render.rundir import role_tree
-    from tests.conftest import REPO
+    from deploy_kit.render import converged
 
     site = open_site(str(REPO / "inventory" / "example"))
     tree = role_tree(site)
-    watch = {name: json.loads(files["/.deploykit/settings.json"].content)["derived"]["converged"]
-             for name, files in tree.items() if "/.deploykit/settings.json" in files}
-    paths = set().union(*(set(w["paths"]) for w in watch.values()))
-    units = set().union(*(set(w["units"]) for w in watch.values()))
+    settings = {name: json.loads(files[SETTINGS_PATH].content)
+                for name, files in tree.items() if SETTINGS_PATH in files}
+    rendered = set().union(*(set(s["_deploykit_files"]) for s in settings.values()))
     tasks = "\n".join(p.read_text() for p in sorted((REPO / "roles").glob("*/tasks/*.yml")))
-    written = set(re.findall(r"^\s+dest: (/[^\s{}]+[^/\s])$", tasks, re.M))
-    assert written and written <= paths, sorted(written - paths)
-    started = set(re.findall(r"systemd_service:\n\s+name: ([\w.-]+)$", tasks, re.M))
-    assert {"consul", "coredns", "haproxy", "vllm", "lmcache-server"} <= started
-    assert started <= units, sorted(started - units)
-    serving = watch["gpu-h100-1"]["paths"]
+    handlers = "\n".join(p.read_text() for p in sorted((REPO / "roles").glob("*/handlers/*.yml")))
+    literal = set(re.findall(r"^\s+dest: (/[^\s{}]+)$", tasks, re.M))
+    assert literal, "no literal dest: left to check (the pattern is stale)"
+    assert literal - SCRATCH <= rendered, sorted(literal - SCRATCH - rendered)
+    # every other dest: reads a name settings.json carries, and the record watches that name
+    watched_names = {n for names in converged.GROUP_PATH_NAMES.values() for n in names}
+    named = set(re.findall(r"^\s+dest: \"\{\{ (_[a-z][a-z0-9_]+)", tasks, re.M))
+    # the staged model directory: the record watches its marker (_vllm_model_staged_marker_path)
+    named.discard("_vllm_model_on_host")
+    assert named and named <= watched_names, sorted(named - watched_names)
+    # units: every systemd task names its unit through settings (or loops over such names)
+    started = re.findall(r"systemd_service:\n\s+name: (.+)$", tasks + handlers, re.M)
+    assert started
+    unit_names = {n for names in converged.GROUP_UNIT_NAMES.values() for n in names}
+    for name in started:
+        read = set(re.findall(r"\b(_[a-z][a-z0-9_]+_units?)\b", name))
+        assert read or name == '"{{ item }}"', f"unit {name} is not named by settings"
+        assert read <= unit_names, sorted(read - unit_names)
+    # and on each host, the record holds the values of the names its groups write
+    for host_name, host in site.hosts.items():
+        watch = settings[host_name]["_deploykit_converged"]
+        groups = set(host.groups) | ({"consul"} if host.groups & converged.CONSUL_HOSTS
+                                     else set())
+        for group in groups & converged.GROUP_PATH_NAMES.keys():
+            for name in converged.GROUP_PATH_NAMES[group]:
+                value = settings[host_name][name]
+                values = [value] if isinstance(value, str) else [] if value is None else [
+                    v["path"] if isinstance(v, dict) else v for v in value.values()]
+                assert set(values) <= set(watch["paths"]), (host_name, name)
+        for group in groups & converged.GROUP_UNIT_NAMES.keys():
+            for name in converged.GROUP_UNIT_NAMES[group]:
+                value = settings[host_name][name]
+                values = [value] if isinstance(value, str) else list(value.values())
+                assert set(values) <= set(watch["units"]), (host_name, name)
+    serving = settings["gpu-h100-1"]["_deploykit_converged"]["paths"]
     for path in ("/etc/deploykit/aws/credentials", "/etc/deploykit/lmcache.yaml",
                  "/etc/deploykit/vllm.env", "/etc/deploykit/serving-env.lock-sha256"):
         assert path in serving, path
     assert any(p.endswith("/.deploykit-wheelhouse") for p in serving)
-    assert watch["gpu-h100-1"]["breaker_unit"] in {"vllm", "lmcache-server"}
-    assert watch["ceph-adm1"]["probes"] and not watch["rgw1"]["probes"]
-    assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in watch["rgw1"]["paths"]
+    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_unit"] in {
+        "vllm", "lmcache-server"}
+    assert settings["ceph-adm1"]["_deploykit_converged"]["probes"]
+    assert not settings["rgw1"]["_deploykit_converged"]["probes"]
+    assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in \
+        settings["rgw1"]["_deploykit_converged"]["paths"]
+    assert {"consul", "haproxy"} <= set(settings["rgw1"]["_deploykit_converged"]["units"])
 
 
 @pytest.mark.parametrize(("settings", "archive", "binary"), [
@@ -262,9 +300,9 @@ def test_the_converge_record_watches_every_file_and_unit_the_roles_write() -> No
 def test_coredns_has_consuls_two_pins(make_inventory: InventoryFactory, settings: dict,
                                       archive: str, binary: str) -> None:
     site = open_site(str(make_inventory(all=settings)))
-    derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)["derived"]
-    assert derived["coredns_archive_checksum"] == archive
-    assert derived["coredns_binary_sha256"] == binary
+    derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)
+    assert derived["_coredns_archive_checksum"] == archive
+    assert derived["_coredns_binary_sha256"] == binary
 
 
 def test_the_code_digest_and_role_inputs_are_rendered_once_per_site(tmp_path: Path) -> None:
@@ -279,7 +317,9 @@ def test_the_code_digest_and_role_inputs_are_rendered_once_per_site(tmp_path: Pa
 
     facts = json.loads(role_tree(open_site(str(REPO / "inventory" / "example")))
                        [CLUSTER][INPUTS_PATH].content)
-    assert {"vllm_api_key", "consul_gossip_key", "coredns_ready_port"} <= set(facts["role_options"])
+    assert {"vllm_api_key", "consul_gossip_key"} <= set(facts["role_options"])
+    # a setting is digested with the host's settings.json, not read again as a variable
+    assert not {"coredns_ready_port", "_deploykit_files"} & set(facts["role_options"])
     # run-scoped: the render directory is new on every run
     assert not {"deploykit_render_dir", "deploykit_full"} & set(facts["role_options"])
     for part in ("roles", "playbooks", "plugins"):

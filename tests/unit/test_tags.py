@@ -66,7 +66,7 @@ def test_a_phase_tag_lists_only_that_phase(rendered: Path, tag: str) -> None:
     assert ("deploykit_common", SETTINGS_TASK, {"always"}) in tasks, "no settings"
 
 
-@pytest.mark.parametrize("role", ["ceph_rgw", "ceph_rgw_pools", "lmcache"])
+@pytest.mark.parametrize("role", ["ceph_rgw", "consul"])
 def test_skipping_a_preflight_keeps_settings_and_the_other_phases(rendered: Path,
                                                                   role: str) -> None:
     everything = listed(rendered)
@@ -79,5 +79,5 @@ def test_skipping_a_preflight_keeps_settings_and_the_other_phases(rendered: Path
 
 
 def test_preflight_runs_with_any_phase_tag(rendered: Path) -> None:
-    tasks = listed(rendered, "--tags", "lmcache_configure")
-    assert [t for t in tasks if "lmcache_preflight" in t[2]], "checks skipped by a phase tag"
+    tasks = listed(rendered, "--tags", "ceph_rgw_configure")
+    assert [t for t in tasks if "ceph_rgw_preflight" in t[2]], "checks skipped by a phase tag"

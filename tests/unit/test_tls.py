@@ -165,14 +165,15 @@ def test_tree_carries_paths_not_keys(make_inventory: InventoryFactory) -> None:
     for files in tree.values():
         for rendered in files.values():
             assert "PRIVATE KEY" not in rendered.content and "BEGIN CERT" not in rendered.content
-    rgw = json.loads(tree["rgw1"][SETTINGS_PATH].content)["derived"]["tls"]
-    assert rgw == {"ca_cert": str(root / ".deploykit-tls" / "ca.crt"),
-                   "host_pem": str(root / ".deploykit-tls" / "rgw1.pem"),
-                   "haproxy_pem_path": "/etc/haproxy/deploykit-s3.pem"}
-    gpu = json.loads(tree["gpu1"][SETTINGS_PATH].content)["derived"]["tls"]
-    assert "host_pem" not in gpu  # a serving host gets the CA certificate only
+    rgw = json.loads(tree["rgw1"][SETTINGS_PATH].content)
+    assert (rgw["_deploykit_tls_ca_cert_src"], rgw["_ceph_rgw_tls_pem_src"],
+            rgw["_ceph_rgw_haproxy_pem_path"]) == (
+        str(root / ".deploykit-tls" / "ca.crt"), str(root / ".deploykit-tls" / "rgw1.pem"),
+        "/etc/haproxy/deploykit-s3.pem")
+    gpu = json.loads(tree["gpu1"][SETTINGS_PATH].content)
+    assert "_ceph_rgw_tls_pem_src" not in gpu  # a serving host gets the CA certificate only
     plain = role_tree(open_site(str(make_inventory(all={}))))
-    assert "tls" not in json.loads(plain["rgw1"][SETTINGS_PATH].content)["derived"]
+    assert "_deploykit_tls_ca_cert_src" not in json.loads(plain["rgw1"][SETTINGS_PATH].content)
 
 
 def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFactory) -> None:
