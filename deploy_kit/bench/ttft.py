@@ -176,7 +176,7 @@ def profile_credentials(site: Site, host: Host) -> Credentials | None:
     import configparser
     import shlex
 
-    from deploy_kit.render import names
+    from deploy_kit.config import names
     from deploy_kit.transport.hosts import run_on
 
     c = host.config

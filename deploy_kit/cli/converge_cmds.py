@@ -58,9 +58,9 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.rundir import write_run_tree
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.project import project_dir
-    from deploy_kit.render.rundir import write_run_tree
 
     site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
     refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written

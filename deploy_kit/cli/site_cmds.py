@@ -41,9 +41,9 @@ def render(inventory: InventoryOpt,
            ) -> None:
     """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster)."""
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.rundir import role_tree, with_settings
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.render.files import render_site, write_tree
-    from deploy_kit.render.rundir import role_tree, with_settings
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")

@@ -6,13 +6,13 @@ import ipaddress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deploy_kit.config.names import remote_url
 from deploy_kit.config.rules import accelerator_wheels_available
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
 from deploy_kit.plan import sizing
 from deploy_kit.plan.breakeven import ServingGroupPlan, device_of, group_plan
-from deploy_kit.render.names import remote_url
 
 PLAN_SCHEMA = 1
 

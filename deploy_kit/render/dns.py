@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import zlib
 
+from deploy_kit.config.names import COREDNS_DIR
 from deploy_kit.config.site import Host, Site
-from deploy_kit.render.names import COREDNS_DIR
 from deploy_kit.render.templating import render_template
 
 

@@ -9,10 +9,11 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
-from deploy_kit.render import consul, dns, lmcache_server, monitoring, names, storage, vllm
+from deploy_kit.render import consul, dns, lmcache_server, monitoring, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
 

@@ -7,9 +7,9 @@ from typing import Any
 import yaml
 
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.names import HEADER, endpoint_url, remote_url
 from deploy_kit.core import compat
 from deploy_kit.plan.sizing import local_cpu, max_local_cpu_gb
-from deploy_kit.render.names import HEADER, endpoint_url, remote_url
 
 
 def _s3_extra(c: HostConfig) -> dict[str, Any]:

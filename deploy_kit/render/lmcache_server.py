@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
-from deploy_kit.render import names
 from deploy_kit.render.templating import exec_lines, render_template
 
 UNIT_PATH = "/etc/systemd/system/lmcache-server.service"

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.names import rgw_instance_names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.render.lmcache import dump_yaml
-from deploy_kit.render.names import rgw_instance_names
 from deploy_kit.render.templating import render_template
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import jinja2
 
+from deploy_kit.config.names import HEADER
 from deploy_kit.project import roles_dir, templates_dir
-from deploy_kit.render.names import HEADER
 
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 

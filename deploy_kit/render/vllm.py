@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core import compat
-from deploy_kit.render import lmcache_server, names
+from deploy_kit.render import lmcache_server
 from deploy_kit.render.templating import exec_lines, render_template
 
 # The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,

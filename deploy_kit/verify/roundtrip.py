@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from urllib.parse import quote
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.project import project_dir
-from deploy_kit.render import lmcache_server, names, tls
+from deploy_kit.render import lmcache_server, tls
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.transport.hosts import run_on, sections
 from deploy_kit.verify.model import Finding, Status

@@ -10,7 +10,7 @@ from typing import Any
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from deploy_kit.render.inputs import INPUTS_PATH, tree_digest
+from deploy_kit.ops.inputs import INPUTS_PATH, tree_digest
 
 DOCUMENTATION = r"""
 name: deploykit_inputs

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_kit.render.inputs import code_inputs
+from deploy_kit.ops.inputs import code_inputs
 from tests.conftest import REPO
 
 HOSTS = ("admin", "gw1", "gw2")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy_kit.config.names import rgw_instance_names
 from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
-from deploy_kit.render.names import rgw_instance_names
 from tests.conftest import BASE_HOSTS, InventoryFactory
 from tests.integration.test_consul_dns import free_port
 from tests.integration.test_haproxy_tls import start_rendered_haproxy

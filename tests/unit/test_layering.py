@@ -36,15 +36,6 @@ TOP_LEVEL = {
     "deploy_kit.plugins": "plugins",  # entry points: verbs for the CLI, drivers for verify
     "deploy_kit.__main__": "cli",
 }
-# Files that still sit in render/ and move to the named directory once the branch now
-# rewriting them has merged; they are judged by the layer they move to.
-PENDING = {
-    "deploy_kit.render.rundir": "ops",
-    "deploy_kit.render.inputs": "ops",
-    "deploy_kit.render.converged": "ops",
-    "deploy_kit.render.names": "config",
-}
-
 PURE_LAYERS = {"core", "config", "plan", "render"}
 PURE_MODULES = ("deploy_kit.verify.model", "deploy_kit.verify.checks")  # with submodules
 IO_LAYERS = {"ansible", "ops", "transport", "cache", "bench", "plugins", "cli"}
@@ -66,8 +57,6 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
 
 
 def layer(module: str) -> str | None:
-    if module in PENDING:
-        return PENDING[module]
     if module in TOP_LEVEL:
         return TOP_LEVEL[module]
     parts = module.split(".")
@@ -118,7 +107,6 @@ def test_every_module_has_a_layer() -> None:
                           if layer(module) is None)
     assert not unclassified, ("modules in no layer (put them in a layer's directory, or add "
                               f"them to TOP_LEVEL in this test): {unclassified}")
-    assert not set(PENDING) - set(modules()), "PENDING names a module that is gone"
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -251,7 +239,7 @@ def test_the_graph_sees_real_edges() -> None:
     assert "transport" in between_layers["cache"]
     assert "deploy_kit.config.site" in edges["deploy_kit.plan.plan"]
     assert "deploy_kit.config.open" in edges["deploy_kit.cli.site_cmds"]  # inside a function
-    assert "deploy_kit.render.names" in edges["deploy_kit.render.files"]  # from package import
+    assert "deploy_kit.config.names" in edges["deploy_kit.render.files"]  # from package import
     assert "deploy_kit.verify.roundtrip" in edges["deploy_kit.plugins"]  # under TYPE_CHECKING
 
 

@@ -14,8 +14,8 @@ import yaml
 
 from deploy_kit.config.open import open_site
 from deploy_kit.config.site import Host
+from deploy_kit.ops.rundir import lmcache_packages
 from deploy_kit.render.files import render_site
-from deploy_kit.render.rundir import lmcache_packages
 from deploy_kit.render.tls import SYSTEM_BUNDLE
 from deploy_kit.verify.model import Status
 from deploy_kit.verify.roundtrip import RoundTripError, _as_store, _names_finding, nixl_object_name

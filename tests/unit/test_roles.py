@@ -107,7 +107,7 @@ def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
     assert read - defined - options == set(), role.name
 
 
-# A value the render computed (deploy_kit/render/rundir.py host_settings): `_<area>_<name>`
+# A value the render computed (deploy_kit/ops/rundir.py host_settings): `_<area>_<name>`
 # (one underscore; a role's own facts and registers use two).
 COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|"
                       r"monitoring|deploykit)_[a-z0-9_]+)\b")
@@ -128,7 +128,7 @@ def _rendered_settings_names() -> frozenset[str]:
     """Every name some host's settings.json holds, over the example site and the golden sites
     (a computed name appears only where it applies: TLS, a serving host, a local model)."""
     from deploy_kit.config.open import open_site
-    from deploy_kit.render.rundir import SETTINGS_PATH, role_tree
+    from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
 
     names: set[str] = set()
     for inventory in [REPO / "inventory" / "example",

@@ -12,8 +12,8 @@ import pytest
 from deploy_kit.ansible.extra_vars import check_extra_vars
 from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
 from deploy_kit.render.files import render_site
-from deploy_kit.render.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
 from tests.cli import run_cli
 from tests.conftest import REPO, InventoryFactory
 
@@ -227,11 +227,11 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
     """One source for what a host holds: a role writes either a rendered file (its `dest:`
     the rendered path, watched with the rendered tree) or a path settings.json names (its
     `dest:` reads that name), and runs units whose names settings.json carries. The record
-    watches exactly those names (render/converged.py), so a file or unit a role starts writing
+    watches exactly those names (ops/converged.py), so a file or unit a role starts writing
     is watched or this fails; a hand edit of it cannot survive a re-run."""
     import re
 
-    from deploy_kit.render import converged
+    from deploy_kit.ops import converged
 
     site = open_site(str(REPO / "inventory" / "example"))
     tree = role_tree(site)
@@ -310,9 +310,9 @@ def test_the_code_digest_and_role_inputs_are_rendered_once_per_site(tmp_path: Pa
     and parsing every argument spec once per host."""
     import shutil
 
+    from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
+    from deploy_kit.ops.rundir import role_tree
     from deploy_kit.render.files import CLUSTER
-    from deploy_kit.render.inputs import INPUTS_PATH, code_inputs
-    from deploy_kit.render.rundir import role_tree
     from tests.conftest import REPO
 
     facts = json.loads(role_tree(open_site(str(REPO / "inventory" / "example")))

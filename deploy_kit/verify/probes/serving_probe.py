@@ -10,9 +10,10 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
-from deploy_kit.render import lmcache_server, names
+from deploy_kit.render import lmcache_server
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
     S3LogEvent,

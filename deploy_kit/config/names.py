@@ -55,7 +55,7 @@ COREDNS_DIR = "/etc/coredns"
 
 # Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
 # rendered tree: settings.json carries each under its own name, the roles' `dest:` reads that
-# name, and the converge record watches the same value (render/converged.py).
+# name, and the converge record watches the same value (ops/converged.py).
 CONSUL_BINARY_PATH = "/usr/local/bin/consul"
 CONSUL_SECRETS_PATH = "/etc/consul.d/secrets.json"
 COREDNS_BINARY_PATH = "/usr/local/bin/coredns"

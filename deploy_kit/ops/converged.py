@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
-from deploy_kit.render import names
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
 from deploy_kit.render.vllm import secret_env_path

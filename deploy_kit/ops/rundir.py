@@ -17,16 +17,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.ops import converged
+from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
-from deploy_kit.render import converged, names, tls
+from deploy_kit.render import tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
-from deploy_kit.render.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
     lifecycle_rules,
