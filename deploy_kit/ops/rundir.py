@@ -209,7 +209,7 @@ def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | Non
         # what the host's converge record watches (roles/deploykit_common converged_*)
         settings["_deploykit_converged"] = converged.watch(
             host, (every_path or {}).get(name, paths))
-        tls_paths = tls.derived(site.root, host)
+        tls_paths = tls.issued_paths(site.root, host)
         if tls_paths is not None:  # controller paths of the issued material (no key inside)
             settings["_deploykit_tls_ca_cert_src"] = tls_paths["ca_cert"]
             if "host_pem" in tls_paths:

@@ -4,7 +4,7 @@ controller, where the roles install them, and what each concentrator certificate
 The key material itself never passes through the rendered tree: `deploykit up` (and the
 render play of a plain ansible-playbook run) issues it into the controller's TLS directory
 (deploy_kit/ops/tls.py), and the roles copy it from there with no_log. The tree only carries
-these paths (settings.json `derived.tls`).
+these paths (settings.json `_deploykit_tls_ca_cert_src`, `_ceph_rgw_tls_pem_src`).
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def ip_names(host: Host) -> list[str]:
         return []
 
 
-def derived(root: Path, host: Host) -> dict[str, Any] | None:
-    """settings.json `derived.tls` of a host (None with TLS off): controller paths the roles
-    copy from, and where they install."""
+def issued_paths(root: Path, host: Host) -> dict[str, Any] | None:
+    """A host's TLS material on the controller (None with TLS off): what the roles copy from
+    (settings.json carries these paths, never the material), and where they install it."""
     c = host.config
     if not c.deploykit_s3_tls:
         return None
