@@ -91,7 +91,7 @@ def test_version_flag() -> None:
 
 def test_restart_serving_reaches_the_play_as_a_run_var(make_inventory: InventoryFactory,
                                                        tmp_path: Path) -> None:
-    """Issue 21 item 5: after `cache purge`, `up --restart-serving` makes every running
+    """After `cache purge`, `up --restart-serving` makes every running
     LMCache forget the objects it believed in S3 (the lmcache role's heal task reads it)."""
     root = str(make_inventory())
     words = _printed("up", "-i", root, "--restart-serving", runs=tmp_path / "runs")
