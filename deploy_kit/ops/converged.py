@@ -144,14 +144,24 @@ def cluster_probes(host: Host) -> list[list[str]]:
     ]
 
 
+def breaker(host: Host) -> tuple[str | None, str | None]:
+    """On a serving host: the unit whose process holds LMCache's S3 circuit breaker, and the
+    journal words it logs when it trips (the words verify reads too). The lmcache role's heal
+    task and the converge record both read these, so they name the same unit and words."""
+    if "vllm" not in host.groups:
+        return None, None
+    units = role_units(host)
+    server = host.config.lmcache_topology == "server"
+    return (units["_lmcache_server_unit"] if server else units["_vllm_unit"],
+            S3_LOG_PATTERNS["breaker"])
+
+
 def watch(host: Host, rendered: Iterable[str]) -> dict[str, Any]:
-    serving = "vllm" in host.groups
+    unit, pattern = breaker(host)
     return {
         "paths": watched_paths(host, rendered),
         "units": watched_units(host),
         "probes": cluster_probes(host),
-        # the unit whose process holds LMCache's S3 breaker (roles/lmcache/tasks/heal.yml)
-        "breaker_unit": (("lmcache-server" if host.config.lmcache_topology == "server"
-                          else "vllm") if serving else None),
-        "breaker_pattern": S3_LOG_PATTERNS["breaker"] if serving else None,
+        "breaker_unit": unit,
+        "breaker_pattern": pattern,
     }

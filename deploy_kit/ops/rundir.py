@@ -22,7 +22,6 @@ from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
-from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
@@ -92,7 +91,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     them, so they never collide with an inventory knob."""
     c = host.config
     settings = c.model_dump(mode="json", exclude=set(SECRET_KEYS))
-    serving = "vllm" in host.groups
+    breaker_unit, breaker_pattern = converged.breaker(host)
     settings |= {
         LOADED_MARKER: True,
         "_deploykit_header": names.HEADER,
@@ -111,11 +110,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_coredns_binary_sha256": coredns_binary_sha256(c),
         "_ceph_rgw_has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
         "_lmcache_server": c.lmcache_topology == "server",
-        # the unit whose process holds LMCache's S3 circuit breaker, and the journal words it
-        # logs when it trips (the same words verify reads: core/patterns.py S3_LOG_PATTERNS)
-        "_lmcache_breaker_unit": (("lmcache-server" if c.lmcache_topology == "server"
-                                   else "vllm") if serving else None),
-        "_lmcache_breaker_pattern": S3_LOG_PATTERNS["breaker"] if serving else None,
+        # the heal task's unit and journal words: the converge record's own (converged.breaker)
+        "_lmcache_breaker_unit": breaker_unit,
+        "_lmcache_breaker_pattern": breaker_pattern,
         **converged.role_paths(host),
         **converged.role_units(host),
     }
