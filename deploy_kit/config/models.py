@@ -384,7 +384,13 @@ class HostConfig(BaseModel):
     # rope scaling for longer contexts (e.g. yarn, factor);
     # passed as --rope-scaling or --hf-overrides per vLLM
     vllm_rope_scaling: dict[str, Any] | None = None
+    # the first vLLM instance's port; instance i listens on vllm_port + i
     vllm_port: int = Field(default=8000, ge=1, le=65535)
+    # accelerator devices per host (GPUs, Gaudi modules); unset: one instance on every device
+    vllm_accelerator_count: int | None = Field(default=None, ge=1, le=1024)
+    # vLLM instances per host, each with its own unit, port and device set; unset:
+    # vllm_accelerator_count / (TP x PP), else 1
+    vllm_instances: int | None = Field(default=None, ge=1, le=256)
     # PYTHONHASHSEED for vLLM and the LMCache server; seeds chunk hashes, so one value fleet-wide
     vllm_python_hash_seed: int = Field(default=67, ge=0, le=4294967295)
     # None: follows lmcache_topology (LMCacheConnectorV1 inprocess, LMCacheMPConnector server)
