@@ -28,7 +28,7 @@ from deploy_kit.verify.model import (
     UnitState,
     evaluate,
 )
-from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, remote_ring
+from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, instance_pair, remote_ring
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 
 RGW = ["10.9.0.11", "10.9.0.12"]
@@ -100,7 +100,7 @@ def healthy() -> Observation:
     obs.rgw_daemons = 4
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
-    obs.cache = [cache_probe("gpu1"), cache_probe("gpu2")]
+    obs.cache = [cache_probe("gpu1"), cache_probe("gpu2"), *instance_pair()]
     obs.remote = remote_ring()
     for host in obs.serving:
         host.s3_log = []
