@@ -46,6 +46,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -757,6 +758,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                      "less a chunk)")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    # a bare name (python3) is looked up on PATH: the venv is where that file lives
+    args.python = shutil.which(args.python) or args.python
     return args
 
 
@@ -783,6 +786,8 @@ def main(argv: list[str] | None = None) -> int:
         write_inventory(inventory, inventory_vars(
             args, model_dir, {k: v for k, v in pins.items() if v}))
         units = render(inventory, args.lengths)
+        if args.lmcache_mode == "disk":  # the server's fs L2 writes into it
+            (work / "lmcache-l2").mkdir(parents=True, exist_ok=True)
         nonce = f"{time.time_ns():x}"
         table = prompts(nonce, args.lengths, args.repeats)
         check_prompts(table, MODELS[args.model]["vocab_size"])
