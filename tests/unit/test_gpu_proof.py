@@ -75,7 +75,7 @@ def test_dry_run_result_follows_the_schema(dry: tuple[dict, dict, Path]) -> None
     row = doc["rows"][0]
     assert row["cold_vs_predicted"] == pytest.approx(1.25)
     assert row["hit_speedup"] == pytest.approx(10.0)
-    assert row["restart_hit_tokens"] == 3840
+    assert row["restart_hit_tokens"] == 4095
     assert "made up" in doc["notes"][0]
     assert "medians of 2" in (out / "gpu-proof.txt").read_text()
 
