@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -162,3 +163,50 @@ def test_lengths_beyond_the_models_positions_are_refused(tmp_path: Path) -> None
     with pytest.raises(SystemExit) as exc:
         gp.main(["--dry-run", "--lengths", "65536", "--out", str(tmp_path)])
     assert exc.value.code == 2
+
+
+def free_base() -> int:
+    """Four consecutive free loopback ports."""
+    rng = random.Random()
+    for _ in range(50):
+        base = rng.randrange(20000, 40000)
+        if all(gp.port_free(base + i) for i in range(4)):
+            return base
+    raise AssertionError("no four free ports")
+
+
+def test_protocol_against_fake_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The real path (start, readiness, cold, vLLM's own hit, vLLM restart with the server
+    kept, LMCache hit, stop) with stand-ins for `vllm serve` and `lmcache server` in a fake
+    venv: the orchestration is tested here, vLLM and LMCache are not."""
+    fakes = Path(__file__).parent / "gpu_proof_fakes"
+    bin_dir = tmp_path / "venv/bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    for name in ("vllm", "lmcache"):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nexec {sys.executable} {fakes}/fake_{name}.py "$@"\n')
+        script.chmod(0o755)
+    monkeypatch.setattr(gp, "probe", lambda python: {"vllm": "0.34.0", "lmcache": "0.5.6",
+                                                      "device": "fake"})
+    base, out = free_base(), tmp_path / "out"
+    code = gp.main(["--python", str(bin_dir / "python"), "--lengths", "512,1024",
+                    "--repeats", "1", "--port", str(base), "--settle-s", "0",
+                    "--budget-s", "120", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads((out / "gpu-proof.json").read_text())
+    assert gp.schema_problems(doc) == [] and doc["status"] == "ok"
+    assert doc["units"]["vllm"]["argv"][0] == str(bin_dir / "vllm")
+    assert set(doc["startup_s"]) == {"lmcache_server", "vllm_first", "vllm_restart"}
+    assert [(r["context_tokens"], r["restart_hit_tokens"]) for r in doc["rows"]] == [
+        (512, 511), (1024, 1023)]
+    assert all(r["cold_ttft_s"] and r["vllm_prefix_hit_ttft_s"] for r in doc["rows"])
+    assert doc["requests"]["cold/512/0"]["external_hits"] == 0
+    assert doc["requests"]["vllm_prefix_hit/512/0"]["local_hits"] == 511
+    # the server kept its L1 across the vLLM restart: 1 warm-up + 2 prompts, then 1 more
+    assert doc["lmcache_status"]["lmcache_status_before_restart"] == {"l1_keys": 3}
+    assert doc["lmcache_status"]["lmcache_status_end"] == {"l1_keys": 4}
+    assert all(gp.port_free(base + i) for i in range(4))  # both stopped
+    assert "restart" in (out / "gpu-proof.txt").read_text()
+    assert (out / "logs/vllm.log").read_text().count("# ") == 2  # started twice
