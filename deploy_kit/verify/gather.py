@@ -64,6 +64,7 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
         accelerator=accelerator, lmcache_topology=topology,
         lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
+        accelerator_count=c.vllm_accelerator_count if accelerator != "cpu" else None,
         pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version, **nixl_pin(c)},
         shm_needs=needs)
 

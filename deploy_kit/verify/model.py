@@ -90,6 +90,7 @@ class ServingPlan:
     lmcache_topology: str = "inprocess"  # "server": a standalone lmcache-server unit
     lmcache_server_port: int = 6555
     venv: str = "/opt/vllm"
+    accelerator_count: int | None = None  # vllm_accelerator_count: devices the host must have
     pinned: dict[str, str] = field(default_factory=dict)  # lmcache, vllm -> pinned version
     # what lives in /dev/shm on this host -> bytes (LMCache 0.3 files, CPU KV cache, L1)
     shm_needs: dict[str, int] = field(default_factory=dict)

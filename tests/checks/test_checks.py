@@ -48,6 +48,7 @@ def serving(name: str, seed: str = "67") -> ServingHost:
     cpu = name == "gpu2"
     plan = ServingPlan(accelerator="cpu" if cpu else "cuda",
                        lmcache_topology="server" if cpu else "inprocess", pinned=dict(PINS),
+                       accelerator_count=None if cpu else 1,
                        shm_needs={"vLLM CPU KV cache": GIB, "LMCache server L1": GIB}
                        if cpu else {})
     units = {"vllm": UnitState("active", "loaded", "success")}
@@ -211,6 +212,8 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
      "(vllm_install true, vllm_accelerator cpu) but systemctl is-active vllm: inactive"),
     ("vllm-service", lambda o: setattr(o.serving[0], "health_status", 503), "gpu1",
      "/health 503"),
+    ("accelerator-count", lambda o: setattr(o.serving[0].plan, "accelerator_count", 8), "gpu1",
+     "1 cuda device(s) on the host (/dev/nvidia0), but vllm_accelerator_count is 8"),
     ("lmcache-server-service",
      lambda o: o.serving[1].units.update({"lmcache-server": UnitState("failed")}), "gpu2",
      "systemctl is-active lmcache-server: failed"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 from deploy_kit.core import compat
@@ -25,6 +26,11 @@ PIN_SOURCE = {"nixl": "by compat.yaml nixl_packages"}  # NIXL has no setting of 
 # device nodes an accelerator's driver creates; vllm_accelerator "cpu" needs none
 DEVICES = {"cuda": ("/dev/nvidia",), "rocm": ("/dev/kfd",),
            "gaudi3": ("/dev/accel/accel", "/dev/hl")}
+# one node per device, what vllm_accelerator_count is held to (ROCm: a render node per GPU;
+# /dev/kfd is one per host)
+COUNTED_DEVICES = {"cuda": re.compile(r"^/dev/nvidia[0-9]+$"),
+                   "rocm": re.compile(r"^/dev/dri/renderD[0-9]+$"),
+                   "gaudi3": re.compile(r"^/dev/accel/accel[0-9]+$")}
 MIB = 1024**2
 
 
@@ -477,6 +483,30 @@ def _stale_segments(host: ServingHost) -> Iterator[Finding]:
 def _same_version(found: str, pinned: str) -> bool:
     """0.32.0+cpu is the CPU build of 0.32.0: the local part does not change the release."""
     return found == pinned or found.split("+", 1)[0] == pinned
+
+
+@check("accelerator-count", tags=("vllm",),
+       summary="a GPU host has at least the vllm_accelerator_count devices its instances use")
+def accelerator_count(obs: Observation) -> Iterator[Finding]:
+    cid = "accelerator-count"
+    for host in obs.serving:
+        pattern = COUNTED_DEVICES.get(host.plan.accelerator)
+        wanted = host.plan.accelerator_count
+        if not host.reachable or pattern is None or wanted is None or host.devices is None:
+            continue
+        seen = [d for d in host.devices if pattern.match(d)]
+        if len(seen) >= wanted:
+            yield Finding(cid, Status.PASS, host.name,
+                          f"{len(seen)} {host.plan.accelerator} devices, "
+                          f"vllm_accelerator_count {wanted}")
+        else:
+            yield Finding(cid, Status.FAIL, host.name,
+                          f"{len(seen)} {host.plan.accelerator} device(s) on the host "
+                          f"({' '.join(seen) or 'none'}), but vllm_accelerator_count is "
+                          f"{wanted}: the instances given the missing devices cannot start",
+                          f"set vllm_accelerator_count for {host.name} to {len(seen)} (its "
+                          "host_vars), or bring the devices back (driver, container "
+                          "device list)")
 
 
 @check("versions-manifest", tags=("config",),

@@ -88,7 +88,8 @@ else echo __NOVENV__; fi
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 \
   | sed 's/^/cuda-driver /'
 echo '### devices'
-ls -d /dev/nvidia[0-9]* /dev/kfd /dev/accel/accel[0-9]* /dev/hl[0-9]* 2>/dev/null
+ls -d /dev/nvidia[0-9]* /dev/kfd /dev/dri/renderD[0-9]* /dev/accel/accel[0-9]* /dev/hl[0-9]* \
+  2>/dev/null
 echo '### units'
 for u in {unit_list}; do
   echo "$u $(systemctl is-active $u 2>/dev/null || true) \
