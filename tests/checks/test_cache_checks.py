@@ -121,3 +121,11 @@ def test_the_journal_read_keeps_the_breakers_time_and_words() -> None:
     assert events[0].text == ("[2026-12-05 08:01:01,002] LMCache ERROR: S3L2Adapter disabled "
                               "after 3 consecutive connection failures")
     assert parse_s3_log("@vllm\n") == []
+
+
+def test_doctor_sends_an_instance_miss_to_the_instance_checks() -> None:
+    from deploy_kit.verify.doctor import diagnose
+
+    suggested = [c for _, checks in diagnose("vllm-1 misses what the other instance computed")
+                 for c in checks]
+    assert suggested[0] == "lmcache-instance-hit" and "accelerator-count" in suggested
