@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import endpoints, instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
@@ -57,7 +58,7 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
         if kv:
             needs[f"vLLM CPU KV cache ({engines} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
                 int(engines * kv * GIB)
-        l1 = float(c.lmcache_server_l1_size_gb)
+        l1 = l1_gb(c)  # unset outside a site: the render's fallback
         if topology == "server" and l1:
             needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
     return ServingPlan(
