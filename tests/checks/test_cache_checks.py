@@ -49,7 +49,8 @@ def _serving_host(name: str, **settings: object) -> Host:
     from deploy_kit.config.models import HostConfig
     from deploy_kit.config.site import Host
 
-    config = HostConfig(vllm_accelerator="cuda").model_copy(update=settings)
+    config = HostConfig(vllm_accelerator="cuda", lmcache_topology="inprocess").model_copy(
+        update=settings)
     return Host(name=name, address=f"10.9.1.{name[-1]}", groups=frozenset({"vllm"}),
                 config=config, sources={}, geometry=None)
 

@@ -89,7 +89,9 @@ def test_doctor_maps_known_symptoms() -> None:
 
 
 def _host(**settings: object) -> Host:
-    config = HostConfig(vllm_accelerator="cuda").model_copy(update=settings)
+    # in-process unless a test says otherwise (cuda's unset default is the server)
+    config = HostConfig(vllm_accelerator="cuda", lmcache_topology="inprocess").model_copy(
+        update=settings)
     return Host(name="gpu1", address="10.9.1.1", groups=frozenset({"vllm"}), config=config,
                 sources={}, geometry=None, connection={"ansible_connection": "local"})
 
