@@ -10,10 +10,12 @@ one instance, times the host's instances.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from deploy_kit.config.instances import instance_count, workers
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.site import Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import (
     ModelGeometry,
@@ -208,3 +210,17 @@ FALLBACK_L1_GB = 1.0
 def l1_gb(c: HostConfig) -> float:
     """The server's L1 in GiB as rendered: set, or computed when the site was read."""
     return c.lmcache_server_l1_size_gb or FALLBACK_L1_GB
+
+
+def with_server_l1(site: Site) -> Site:
+    """The site with each server host's unset L1 sized (server_l1_gb), so every reader of
+    the setting (render, verify, plan) sees the one computed value. open_site applies it."""
+    hosts = {}
+    for name, host in site.hosts.items():
+        c = host.config
+        if host.geometry is not None and c.lmcache_topology == "server" and \
+                c.lmcache_server_l1_size_gb is None and "vllm" in host.groups:
+            c = c.model_copy(update={"lmcache_server_l1_size_gb":
+                                     server_l1_gb(c, host.geometry)})
+        hosts[name] = dataclasses.replace(host, config=c)
+    return dataclasses.replace(site, hosts=hosts)

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from deploy_kit.config.fit import server_l1_gb
 from deploy_kit.config.load import is_reference, resolve_reference
 from deploy_kit.config.models import (
     OWNED_PREFIXES,
@@ -117,16 +116,6 @@ def _fix_for(error: dict[str, Any]) -> str:
     if kind == "value_error" and "|" in str(ctx.get("error", "")):
         return str(ctx["error"]).split("|", 1)[1].strip()
     return "see docs/settings.md for the accepted values"
-
-
-def _with_server_l1(config: HostConfig, geometry: ModelGeometry | None) -> HostConfig:
-    """The LMCache server's L1 sized from the request (config/fit.py) when unset, so every
-    reader of the setting (render, verify) sees the computed value."""
-    if geometry is None or config.lmcache_topology != "server" or \
-            config.lmcache_server_l1_size_gb is not None:
-        return config
-    return config.model_copy(update={"lmcache_server_l1_size_gb": server_l1_gb(config,
-                                                                                geometry)})
 
 
 def _model_dir_problem(model: Path, root: Path) -> str | None:
@@ -335,7 +324,6 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                                  rh.sources.get("vllm_model_config"
                                                 if config.vllm_model_config else "vllm_model",
                                                 hosts_file), problems, (name,))
-        config = _with_server_l1(config, geometry)
         connection = {k: str(v) for k, v in rh.vars.items() if k in CONNECTION_KEYS}
         hosts[name] = Host(name=name, address=address, groups=frozenset(rh.groups),
                            config=config, sources=dict(rh.sources), geometry=geometry,
