@@ -86,7 +86,6 @@ MODELS: dict[str, dict[str, Any]] = {
                   "intermediate_size": 25600, "num_attention_heads": 64,
                   "max_window_layers": 64},
 }
-SPECIALS = ("<unk>", "<s>", "</s>")
 TOKEN_IDS = (1000, 31000)  # prompt ids: inside any real vocabulary, never special
 WARMUP_TOKENS = 512
 
@@ -100,42 +99,10 @@ class Fail(Exception):
 
 
 # --- the model directory -------------------------------------------------------------------
-
-def _byte_alphabet() -> list[str]:
-    """GPT-2's printable stand-in for each byte (what a ByteLevel pre-tokenizer emits)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    chars = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in chars:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
-
-
-def tokenizer_json(vocab_size: int) -> dict[str, Any]:
-    """One token per byte, no merges, padded to the model's vocabulary so that every id the
-    model can emit decodes (prompts are sent as ids; this tokenizer only detokenizes)."""
-    vocab: dict[str, int] = {name: i for i, name in enumerate(SPECIALS)}
-    for char in _byte_alphabet():
-        vocab[char] = len(vocab)
-    while len(vocab) < vocab_size:
-        vocab[f"<|reserved_{len(vocab)}|>"] = len(vocab)
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                  "use_regex": True}
-    return {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": i, "content": name, "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True}
-                         for i, name in enumerate(SPECIALS)],
-        "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None,
-        "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": []},
-    }
+# The lab's byte-level tokenizer (deploykit-lab, in this repository), padded to the model's
+# vocabulary: prompts are sent as ids; it only has to detokenize what the model emits.
+sys.path.insert(0, str(REPO / "deploykit-lab"))
+from deploykit_lab.model import SPECIALS, tokenizer_json  # noqa: E402
 
 
 def build_model_dir(root: Path, name: str) -> Path:
@@ -389,16 +356,9 @@ def tail(log: Path, lines: int = 5) -> str:
 
 
 def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int | None, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    except (OSError, http.client.HTTPException):
-        return None, b""
-    finally:
-        conn.close()
+    from deploy_kit.transport.openai import get
 
+    return get("127.0.0.1", port, path, timeout=timeout)
 
 def wait_ready(proc: subprocess.Popen[bytes], port: int, path: str, what: str, log: Path,
                deadline: float) -> float:

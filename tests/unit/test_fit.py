@@ -13,24 +13,16 @@ from deploy_kit.config.models import AcceleratorModelName, HostConfig
 from deploy_kit.config.open import open_site
 from deploy_kit.config.rules import ports_in_use
 from deploy_kit.core import compat
-from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.errors import InventoryError
 from deploy_kit.core.geometry import find_preset, kv_bytes_per_token_per_device, presets
 from deploy_kit.plan.plan import build_plan
 from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+from tests.unit.test_validation import problems
 
 EXAMPLE = REPO / "inventory" / "example"
 QWEN = presets()["Qwen/Qwen3-32B"]
 SEED = {"vllm_tensor_parallel_size": 2, "vllm_gpu_memory_utilization": 0.55,
         "vllm_max_model_len": 131072}
-
-
-def problems(make_inventory: InventoryFactory, hosts: dict | None = None,
-             **group_vars: dict) -> list[Problem]:
-    try:
-        open_site(str(make_inventory(hosts, **group_vars)))
-    except InventoryError as exc:
-        return exc.problems
-    return []
 
 
 def one_host(**host_vars: object) -> dict:
