@@ -179,7 +179,8 @@ def model_name(host: Host, seen: Served | None = None) -> str:
     c = host.config
     if seen is not None and seen.model:
         return seen.model
-    return str(getattr(c, "vllm_served_model_name", None) or c.vllm_model)
+    # what vLLM serves the model as: a local model directory by its name, not its path
+    return str(getattr(c, "served_model_name", None) or c.vllm_model)
 
 
 _SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+'

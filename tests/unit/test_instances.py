@@ -99,3 +99,13 @@ def test_cpu_instances_share_the_cores_and_restart_with_their_server(
         assert "rm -f /dev/shm/lmcache_kv_*'" not in text and "/proc/$$p" in text
         env = _env(files[f"/etc/deploykit/{unit}.env"].content)
         assert not {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"} & set(env)
+
+
+def test_a_local_model_is_asked_for_by_the_name_vllm_serves_it_under(
+        make_inventory: InventoryFactory) -> None:
+    """The sibling and other-host requests name the model without asking /v1/models first:
+    a staged local model is served by its directory's name, never by its controller path."""
+    from deploy_kit.transport.openai import model_name
+
+    site = open_site(str(make_inventory(vllm={"vllm_model": "/srv/models/llama-lab"})))
+    assert model_name(site.hosts["gpu1"]) == "llama-lab"

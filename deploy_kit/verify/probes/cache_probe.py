@@ -68,7 +68,7 @@ def probe_host(host: Host, run_id: str, others: list[Host],
         result.first_external, result.second_external = hits1.external, hits2.external
         result.second_local = hits2.local
     if sibling is not None:
-        timed, hits = request_with_hits(sibling, model_name(sibling), ids)
+        timed, hits = request_with_hits(sibling, model, ids)  # siblings serve one model
         result.sibling = sibling.name
         result.sibling_external = hits.external if timed.error is None and hits else None
         result.sibling_error = timed.error
