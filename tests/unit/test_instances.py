@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 from deploy_kit.config.open import open_site
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
@@ -102,10 +103,14 @@ def test_cpu_instances_share_the_cores_and_restart_with_their_server(
 
 
 def test_a_local_model_is_asked_for_by_the_name_vllm_serves_it_under(
-        make_inventory: InventoryFactory) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path) -> None:
     """The sibling and other-host requests name the model without asking /v1/models first:
     a staged local model is served by its directory's name, never by its controller path."""
     from deploy_kit.transport.openai import model_name
+    from deploykit_lab.model import model_config
 
-    site = open_site(str(make_inventory(vllm={"vllm_model": "/srv/models/llama-lab"})))
+    model = tmp_path / "models" / "llama-lab"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(model_config()))
+    site = open_site(str(make_inventory(vllm={"vllm_model": str(model)})))
     assert model_name(site.hosts["gpu1"]) == "llama-lab"
