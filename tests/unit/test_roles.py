@@ -56,7 +56,7 @@ def test_role_defaults_equal_the_python_defaults(role: Path) -> None:
 EXPRESSION_KEYS = frozenset({"when", "that", "loop", "failed_when", "changed_when", "until"})
 JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
 QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|resolver|"
+INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving|resolver|"
                    r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
@@ -109,7 +109,7 @@ def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
 
 # A value the render computed (deploy_kit/ops/rundir.py host_settings): `_<area>_<name>`
 # (one underscore; a role's own facts and registers use two).
-COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|"
+COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving|"
                       r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
