@@ -40,11 +40,16 @@ def lmcache_config_path(c: HostConfig) -> str:
     return f"{c.lmcache_config_dir}/lmcache.yaml"
 
 
-def vllm_env_path(c: HostConfig) -> str:
-    return f"{c.lmcache_config_dir}/vllm.env"
+def vllm_env_path(c: HostConfig, unit: str = "vllm") -> str:
+    """A vLLM instance's environment file (instance 0's unit is `vllm`: vllm.env)."""
+    return f"{c.lmcache_config_dir}/{unit}.env"
 
 
-VLLM_UNIT_PATH = "/etc/systemd/system/vllm.service"
+def vllm_unit_path(unit: str = "vllm") -> str:
+    return f"/etc/systemd/system/{unit}.service"
+
+
+VLLM_UNIT_PATH = vllm_unit_path()
 HAPROXY_CFG_PATH = "/etc/haproxy/haproxy.cfg"
 RGW_CONF_PATH = "/etc/ceph/ceph.conf"
 COREDNS_UNIT_PATH = "/etc/systemd/system/coredns.service"

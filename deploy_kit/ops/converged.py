@@ -17,7 +17,7 @@ from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
-from deploy_kit.render.vllm import secret_env_path
+from deploy_kit.render.vllm import host_instances, secret_env_path
 
 # The group whose hosts run each service (the playbooks' host patterns): which of
 # role_paths() and role_units() a host's record watches.
@@ -99,7 +99,9 @@ def role_units(host: Host) -> dict[str, Any]:
         "_consul_unit": "consul",
         "_coredns_unit": "coredns",
         "_lmcache_server_unit": "lmcache-server",
-        "_vllm_unit": "vllm",
+        # one unit per vLLM instance (config/instances.py), by instance name
+        "_vllm_instance_units": {i.name: i.unit for i in host_instances(host)},
+        "_vllm_unit": "vllm",  # transitional: instance 0, until the serving role loops (#32)
         "_monitoring_node_exporter_unit": "prometheus-node-exporter",
         "_monitoring_s3_events_unit": "deploykit-lmcache-s3-events.timer",
         "_monitoring_prometheus_unit": "prometheus",
@@ -112,7 +114,8 @@ GROUP_UNIT_NAMES: dict[str, tuple[str, ...]] = {
     "rgw": ("_ceph_rgw_instance_units", "_ceph_rgw_haproxy_unit"),
     "consul": ("_consul_unit",),
     "dns": ("_coredns_unit",),
-    "vllm": ("_lmcache_server_unit", "_vllm_unit", "_monitoring_node_exporter_unit",
+    "vllm": ("_lmcache_server_unit", "_vllm_instance_units", "_vllm_unit",
+             "_monitoring_node_exporter_unit",
              "_monitoring_s3_events_unit"),
     "monitoring": ("_monitoring_prometheus_unit", "_monitoring_blackbox_unit",
                    "_monitoring_alertmanager_unit"),
@@ -144,24 +147,25 @@ def cluster_probes(host: Host) -> list[list[str]]:
     ]
 
 
-def breaker(host: Host) -> tuple[str | None, str | None]:
-    """On a serving host: the unit whose process holds LMCache's S3 circuit breaker, and the
-    journal words it logs when it trips (the words verify reads too). The lmcache role's heal
-    task and the converge record both read these, so they name the same unit and words."""
+def breaker(host: Host) -> tuple[list[str], str | None]:
+    """On a serving host: the units whose processes hold LMCache's S3 circuit breaker (the
+    LMCache server, or every in-process vLLM instance), and the journal words it logs when it
+    trips (the words verify reads too). The heal task and the converge record both read
+    these, so they name the same units and words."""
     if "vllm" not in host.groups:
-        return None, None
+        return [], None
     units = role_units(host)
     server = host.config.lmcache_topology == "server"
-    return (units["_lmcache_server_unit"] if server else units["_vllm_unit"],
-            S3_LOG_PATTERNS["breaker"])
+    return ([units["_lmcache_server_unit"]] if server
+            else list(units["_vllm_instance_units"].values()), S3_LOG_PATTERNS["breaker"])
 
 
 def watch(host: Host, rendered: Iterable[str]) -> dict[str, Any]:
-    unit, pattern = breaker(host)
+    units, pattern = breaker(host)
     return {
         "paths": watched_paths(host, rendered),
         "units": watched_units(host),
         "probes": cluster_probes(host),
-        "breaker_unit": unit,
+        "breaker_units": units,
         "breaker_pattern": pattern,
     }

@@ -26,7 +26,7 @@ from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
-from deploy_kit.render import tls
+from deploy_kit.render import tls, vllm
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
@@ -91,7 +91,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     them, so they never collide with an inventory knob."""
     c = host.config
     settings = c.model_dump(mode="json", exclude=set(SECRET_KEYS))
-    breaker_unit, breaker_pattern = converged.breaker(host)
+    breaker_units, breaker_pattern = converged.breaker(host)
     settings |= {
         LOADED_MARKER: True,
         "_deploykit_header": names.HEADER,
@@ -110,8 +110,17 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_coredns_binary_sha256": coredns_binary_sha256(c),
         "_ceph_rgw_has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
         "_lmcache_server": c.lmcache_topology == "server",
+        # the vLLM instances (config/instances.py): unit, port, env file and unit file each
+        "_vllm_instances": [
+            {"index": i.index, "name": i.name, "unit": i.unit, "port": i.port,
+             "env_file": names.vllm_env_path(c, i.unit), "unit_file": names.vllm_unit_path(i.unit)}
+            for i in vllm.host_instances(host)] if "vllm" in host.groups else [],
+        # CPU: the instances' units require the LMCache server, so its restart restarts them
+        "_vllm_restart_with_server": vllm.restarts_with_server(host),
         # the heal task's unit and journal words: the converge record's own (converged.breaker)
-        "_lmcache_breaker_unit": breaker_unit,
+        "_lmcache_breaker_units": breaker_units,
+        # transitional, until the serving role reads the lists (issue 32)
+        "_lmcache_breaker_unit": breaker_units[0] if breaker_units else None,
         "_lmcache_breaker_pattern": breaker_pattern,
         **converged.role_paths(host),
         **converged.role_units(host),

@@ -79,11 +79,14 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
             files[names.aws_config_path(c)] = RenderedFile(render_template(
                 "aws-config.j2", profile=names.aws_profile(c), region=c.deploykit_s3_region,
                 endpoint_url=names.endpoint_url(c)))
-        files[names.vllm_env_path(c)] = RenderedFile(vllm.render_env_file(host))
+        for instance in vllm.host_instances(host):
+            files[names.vllm_env_path(c, instance.unit)] = RenderedFile(
+                vllm.render_env_file(host, instance))
+            files[names.vllm_unit_path(instance.unit)] = RenderedFile(
+                vllm.render_unit(host, instance))
         if c.vllm_api_key is not None:
             files[vllm.secret_env_path(host)] = RenderedFile(
                 vllm.render_secret_env(host), mode=0o600, secret=True)
-        files[names.VLLM_UNIT_PATH] = RenderedFile(vllm.render_unit(host))
         if site.group("monitoring") and c.monitoring_node_exporter_install:
             files[monitoring.NODE_EXPORTER_DEFAULTS_PATH] = RenderedFile(
                 monitoring.render_node_exporter_defaults(host, names.HEADER))

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from deploy_kit.config import names
+from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
 from deploy_kit.render.templating import exec_lines, render_template
 
@@ -82,4 +83,5 @@ def render_env_file(c: HostConfig) -> str:
 def render_unit(c: HostConfig) -> str:
     return render_template("lmcache-server.service.j2", user=c.vllm_user, env_file=env_path(c),
                            exec_lines=exec_lines(server_argv(c), head=2), mode=c.lmcache_mode,
-                           http_port=c.lmcache_server_http_port)
+                           http_port=c.lmcache_server_http_port,
+                           vllm_units=[f"{i.unit}.service" for i in instances("", c)])

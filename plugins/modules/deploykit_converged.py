@@ -39,7 +39,7 @@ options:
     elements: list
     default: []
     description: argv of read-only commands whose output must not change (run concurrently)
-  breaker_unit: {type: str, description: unit whose current invocation's journal is searched}
+  breaker_units: {type: list, elements: str, description: units whose running journal is searched}
   breaker_pattern: {type: str, description: extended regex of LMCache's breaker message}
   record_path: {type: str, default: /var/lib/deploykit/converged.json, description: the record}
 author: deploykit
@@ -169,7 +169,7 @@ def main() -> None:
             "paths": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
             "probes": {"type": "list", "elements": "list", "default": []},
-            "breaker_unit": {"type": "str"},
+            "breaker_units": {"type": "list", "elements": "str", "default": []},
             "breaker_pattern": {"type": "str"},
             "record_path": {"type": "str", "default": "/var/lib/deploykit/converged.json"},
         },
@@ -185,11 +185,12 @@ def main() -> None:
         module.exit_json(changed=False, state="record", converged=True, reasons=[])
     record = read_record(p["record_path"])
     reasons = ["no record of a converge"] if record is None else differences(record, now)
-    if not reasons and p["breaker_unit"] and p["breaker_pattern"]:
+    if not reasons and p["breaker_units"] and p["breaker_pattern"]:
         journalctl = module.get_bin_path("journalctl", required=True)
-        line = breaker_line(systemctl, journalctl, p["breaker_unit"], p["breaker_pattern"])
-        if line:
-            reasons.append(f"LMCache turned its S3 tier off: {line.strip()[:200]}")
+        for unit in p["breaker_units"]:
+            line = breaker_line(systemctl, journalctl, unit, p["breaker_pattern"])
+            if line:
+                reasons.append(f"LMCache turned its S3 tier off in {unit}: {line.strip()[:200]}")
     module.exit_json(changed=False, state="check", converged=not reasons,
                      reasons=reasons[:MAX_REASONS])
 

@@ -53,7 +53,7 @@ class Fleet:
                 "paths": [str(self.watched(host))],
                 "units": ["haproxy", "consul"] if host != "admin" else [],
                 "probes": [["cat", str(root / "cluster")]] if host == "admin" else [],
-                "breaker_unit": "lmcache-server" if host == "gw2" else None,
+                "breaker_units": ["lmcache-server"] if host == "gw2" else [],
                 "breaker_pattern": "S3L2Adapter disabled after" if host == "gw2" else None,
             }}))
         # what every render writes once: deploykit's code digest and the roles' input names

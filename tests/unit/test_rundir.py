@@ -283,8 +283,8 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
                  "/etc/deploykit/vllm.env", "/etc/deploykit/serving-env.lock-sha256"):
         assert path in serving, path
     assert any(p.endswith("/.deploykit-wheelhouse") for p in serving)
-    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_unit"] in {
-        "vllm", "lmcache-server"}
+    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_units"] in (
+        ["vllm"], ["lmcache-server"])
     assert settings["ceph-adm1"]["_deploykit_converged"]["probes"]
     assert not settings["rgw1"]["_deploykit_converged"]["probes"]
     assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in \
