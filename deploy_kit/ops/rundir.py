@@ -119,8 +119,6 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_vllm_restart_with_server": vllm.restarts_with_server(host),
         # the heal task's unit and journal words: the converge record's own (converged.breaker)
         "_lmcache_breaker_units": breaker_units,
-        # transitional, until the serving role reads the lists (issue 32)
-        "_lmcache_breaker_unit": breaker_units[0] if breaker_units else None,
         "_lmcache_breaker_pattern": breaker_pattern,
         **converged.role_paths(host),
         **converged.role_units(host),
