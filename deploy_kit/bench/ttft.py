@@ -153,11 +153,16 @@ def run_protocol(a: Target, b: Target | None, lengths: list[int], repeats: int, 
 
 # ---- the site: SSH restarts, the bucket through the S3 name ------------------------------
 
-RESTART = """set -e
+def restart_script(units: list[str]) -> str:
+    """Every vLLM instance of the host stops, the LMCache server (its DRAM tier) restarts,
+    then the instances start: the measured instance's hit can only come from the bucket,
+    and no sibling is left talking to a server that went away under it."""
+    listed = " ".join(units)
+    return f"""set -e
 S=; [ "$(id -u)" = 0 ] || S="sudo -n"
-$S systemctl stop vllm
+$S systemctl stop {listed}
 if systemctl cat lmcache-server >/dev/null 2>&1; then $S systemctl restart lmcache-server; fi
-$S systemctl start vllm
+$S systemctl start {listed}
 echo __restarted__
 """
 
@@ -213,9 +218,12 @@ class SiteTier:
             self.bucket = open_bucket(site)
 
     def restart(self, target: Target) -> None:
+        from deploy_kit.config.instances import instances
         from deploy_kit.transport.hosts import run_on
 
-        output = run_on(self.site, self.hosts[target.name], RESTART, timeout=300)
+        host = self.hosts[target.name]
+        units = [i.unit for i in instances(host.name, host.config)]
+        output = run_on(self.site, host, restart_script(units), timeout=300)
         if "__restarted__" not in output:
             raise DeployKitError(f"{target.name}: restarting vllm / lmcache-server failed",
                                  hint=f"systemctl status vllm lmcache-server on {target.name}")

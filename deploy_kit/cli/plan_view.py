@@ -9,6 +9,35 @@ from deploy_kit.console import human_bytes
 from deploy_kit.plan.plan import Plan
 
 
+def _show_hosts(plan: Plan, console: Console) -> None:
+    """Per host: its instances, and per device of one instance what vLLM must fit there;
+    LMCache's DRAM is the in-process pinned pool or the server's L1, never both."""
+    hosts = Table(title="Serving hosts (per device: weights, KV capacity, max-length "
+                        "requests that fit)", title_justify="left")
+    for col in ("host", "accelerator", "instances × devices", "block", "weights",
+                "KV capacity", "requests", "LMCache DRAM", "/dev/shm (LMCache)"):
+        hosts.add_column(col)
+    notes = []
+    for h in plan.hosts:
+        if h.kv_capacity_tokens is None:
+            weights = capacity = requests = "?" if h.fit_note else "-"
+        else:
+            weights = human_bytes(h.weights_bytes or 0)
+            capacity = f"{h.kv_capacity_tokens:,} tokens"
+            requests = f"{h.requests_fit} × {h.max_model_len:,}"
+        dram = f"L1 {human_bytes(h.lmcache_server_l1_bytes)}" \
+            if h.lmcache_server_l1_bytes is not None else \
+            f"pinned {human_bytes(h.pinned_dram_bytes)}"
+        hosts.add_row(h.host, f"{h.accelerator} ({h.device})", f"{h.instances} × {h.workers}",
+                      str(h.block_size), weights, capacity, requests, dram,
+                      human_bytes(h.shm_bytes))
+        if h.fit_note:
+            notes.append(f"  {h.host}: {h.fit_note}")
+    console.print(hosts)
+    for note in notes:
+        console.print(note)
+
+
 def show_plan(plan: Plan, console: Console) -> None:
     s = plan.site
     console.print(f"[bold]Site[/] {s['name']}: {s['hosts']} hosts, S3 name [cyan]{s['s3_fqdn']}"
@@ -27,13 +56,7 @@ def show_plan(plan: Plan, console: Console) -> None:
         console.print(f"  {m.target_tokens:,} cached tokens need {human_bytes(m.storage_bytes)}"
                       f" ({human_bytes(m.storage_raw_bytes)} raw); objects are named "
                       f"{m.object_name_pattern}")
-    hosts = Table(title="Serving hosts", title_justify="left")
-    for col in ("host", "accelerator", "block", "workers", "pinned DRAM", "/dev/shm (LMCache)"):
-        hosts.add_column(col)
-    for h in plan.hosts:
-        hosts.add_row(h.host, h.accelerator, str(h.block_size), str(h.workers),
-                      human_bytes(h.pinned_dram_bytes), human_bytes(h.shm_bytes))
-    console.print(hosts)
+    _show_hosts(plan, console)
     pools = Table(title="RGW pools", title_justify="left")
     for col in ("pool", "pg_num", "size", "min_size", "application"):
         pools.add_column(col)

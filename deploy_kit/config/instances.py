@@ -8,9 +8,10 @@ place; instance i >= 1 is `vllm-<i>` on `vllm_port + i`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.site import Host
 
 # The variable each runtime reads to pick its devices (CUDA, ROCm/HIP, Habana's module ids).
 # CPU hosts have none: their instances share the cores.
@@ -67,3 +68,21 @@ def instances(host_name: str, c: HostConfig) -> list[Instance]:
     return [Instance(host_name, i, count, c.vllm_port + i,
                      tuple(range(i * per, (i + 1) * per)) if split else (), device_env)
             for i in range(count)]
+
+
+def endpoints(host: Host) -> list[Host]:
+    """The host as its instances' HTTP endpoints, for what talks to vLLM over HTTP (verify's
+    cache and cross-host probes, bench, monitoring): one view per instance, named after it
+    and carrying its port as vllm_port. What runs on the host over SSH keeps `host` itself.
+    A one-engine host is its own endpoint, unchanged."""
+    found = instances(host.name, host.config)
+    if len(found) == 1:
+        return [host]
+    return [replace(host, name=i.name,
+                    config=host.config.model_copy(update={"vllm_port": i.port}))
+            for i in found]
+
+
+def host_of(endpoint_name: str) -> str:
+    """The inventory host an endpoint name belongs to (`lab3/1` -> `lab3`)."""
+    return endpoint_name.split("/", 1)[0]

@@ -11,7 +11,17 @@ import posixpath
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from deploy_kit.core import compat
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
                   "vllm_", "monitoring_")
@@ -107,6 +117,9 @@ def _absolute_path(value: str) -> str:
 
 Accelerator = Literal["cuda", "rocm", "gaudi3", "cpu"]
 LMCacheMode = Literal["s3", "nixl", "dram", "disk"]
+# the rows of compat.yaml `accelerator_models` (a unit test keeps the two lists equal)
+AcceleratorModelName = Literal["h100", "h200", "b200", "a100", "l40s", "mi300x", "mi325x",
+                               "gaudi3", "cpu"]
 
 
 class PoolSpec(BaseModel):
@@ -339,12 +352,19 @@ class HostConfig(BaseModel):
     lmcache_wheel_dir: str = ""
     # inprocess: LMCache inside vLLM (LMCacheConnectorV1, the seed's layout); server: a
     # standalone `lmcache server` unit per host (L1 DRAM + the remote tier as its L2) and
-    # vLLM's LMCacheMPConnector. CPU hosts need server (compat.yaml `topologies`).
+    # vLLM's LMCacheMPConnector. Unset: the LMCache series' default for the accelerator
+    # (compat.yaml `default_topology`: server where LMCache can drive the transfer, which is
+    # upstream's direction; inprocess on gaudi3, whose LMCache has no lmcache_driven path,
+    # and in nixl mode, whose server adapter shares no keys).
+    # One value for every host that shares the bucket (the two key formats differ).
     lmcache_topology: Literal["inprocess", "server"] = "inprocess"
     lmcache_server_port: int = Field(default=6555, ge=1, le=65535)  # vLLM <-> server (ZMQ)
     lmcache_server_http_port: int = Field(default=6556, ge=1, le=65535)  # health, admin
     lmcache_server_metrics_port: int = Field(default=6557, ge=1, le=65535)  # Prometheus
-    lmcache_server_l1_size_gb: float = Field(default=1.0, gt=0, le=65536)  # DRAM tier, GB
+    # the LMCache server's L1 (DRAM) in GiB; unset: computed by `plan` as one
+    # vllm_max_model_len request's KV (every rank) x the host's instances, at most half of
+    # vllm_host_memory_gb; set: at least one such request
+    lmcache_server_l1_size_gb: float | None = Field(default=None, gt=0, le=65536)
     # the LMCache server's L1 (DRAM) eviction policy (--eviction-policy)
     lmcache_server_eviction_policy: Literal["LRU"] = "LRU"
     # the LMCache server's worker threads (--max-workers)
@@ -356,9 +376,10 @@ class HostConfig(BaseModel):
     vllm_version: str = "0.34.0"  # newest compat.yaml row (checked against its wheel)
     # required on vllm hosts: cuda, rocm, gaudi3 or cpu; picks builds, env and default block size
     vllm_accelerator: Accelerator | None = None
-    # the planner's device (peak FLOPS table in deploy_kit/plan/breakeven.py); None: h100 on
-    # cuda, mi300x on rocm, gaudi3, cpu
-    vllm_accelerator_model: Literal["h100", "h200", "mi300x", "gaudi3", "cpu"] | None = None
+    # the device model: its memory (the HBM fit rule) and peak FLOPS (the planner), from
+    # compat.yaml `accelerator_models`; must run on vllm_accelerator (h100 needs cuda).
+    # None: h100 on cuda, mi300x on rocm, gaudi3, cpu
+    vllm_accelerator_model: AcceleratorModelName | None = None
     # measured prefill TFLOPS per device (bench/gpu-prefill.py); replaces peak x efficiency
     vllm_prefill_tflops: float | None = Field(default=None, gt=0, le=100_000)
     # HF model id or an absolute controller path (staged to vllm_models_dir); same string fleet-wide
@@ -379,6 +400,9 @@ class HostConfig(BaseModel):
     vllm_block_size: int | None = Field(default=None, ge=1, le=65536)
     # --max-model-len in tokens (unset: the model's); must be at least lmcache_chunk_size
     vllm_max_model_len: int | None = Field(default=None, ge=1, le=100_000_000)
+    # host DRAM in GiB of each serving host: bounds the LMCache server's computed L1 (half
+    # of it); unset: the L1 is not bounded (plan says so)
+    vllm_host_memory_gb: float | None = Field(default=None, gt=0, le=1_048_576)
     # --gpu-memory-utilization: share of device memory vLLM may take; unset: vLLM's default
     vllm_gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     # rope scaling for longer contexts (e.g. yarn, factor);
@@ -455,6 +479,28 @@ class HostConfig(BaseModel):
     monitoring_alertmanager: bool = False
     # Alertmanager's port on the monitoring host (loopback), with monitoring_alertmanager: true
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_topology(cls, data: Any) -> Any:
+        """lmcache_topology unset: the pinned LMCache series' default for the accelerator."""
+        if not isinstance(data, dict) or data.get("lmcache_topology") is not None:
+            return data
+        accelerator = data.get("vllm_accelerator")
+        version = data.get("lmcache_version", cls.model_fields["lmcache_version"].default)
+        if not isinstance(accelerator, str) or not isinstance(version, str):
+            return data
+        vllm_version = data.get("vllm_version", cls.model_fields["vllm_version"].default)
+        try:
+            default = (compat.lmcache(version).default_topology or {}).get(accelerator)
+            vllm = compat.vllm(str(vllm_version))
+        except ValueError:  # unsupported version: versions_supported reports it
+            return data
+        if default == "server" and "LMCacheMPConnector" not in vllm.lmcache_connectors:
+            default = "inprocess"  # a vLLM without the MP connector (0.10)
+        if default == "server" and data.get("lmcache_mode") == "nixl":
+            default = "inprocess"  # the server's NIXL adapter shares no keys (rules.py)
+        return {**data, "lmcache_topology": default} if default else data
 
     # --- value checks: what is pasted into config text is typed, so it cannot break the file ---
     @field_validator("*", mode="before")

@@ -6,6 +6,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from deploy_kit.config.fit import with_server_l1
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.rules import validate_site
 from deploy_kit.config.site import Site, build_site
@@ -89,6 +90,7 @@ def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
     problems = list(raw.problems)
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
+        site = with_server_l1(site)  # the LMCache server's computed L1 (config/fit.py)
         problems += more + validate_site(site)
     if problems:
         raise InventoryError(problems)

@@ -6,11 +6,14 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from deploy_kit.config import fit
+from deploy_kit.config.instances import DEVICE_ENV, instance_count, instances, workers
 from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
 from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
@@ -88,8 +91,23 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
     """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
-            "lmcache_mode")
-    yield from _agree(site, site.group("vllm"), keys, "every vllm host")
+            "lmcache_mode", "lmcache_topology")
+    hosts = site.group("vllm")
+    yield from _agree(site, hosts, keys, "every vllm host")
+    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>, builtin hash)
+    # and the server's (<model>@<kv_rank>@<group>@<hash>, blake3) never match, and a new
+    # LMCache series may change either (deploy_kit/cache/keys.py)
+    series = {h.name: ".".join(h.config.lmcache_version.split(".")[:2]) for h in hosts}
+    if len(set(series.values())) > 1:
+        ordered = list(dict.fromkeys(series.values()))  # ties: the first host's series
+        majority = max(ordered, key=list(series.values()).count)
+        for host in hosts:
+            if series[host.name] != majority:
+                yield Problem(_src(site, host, "lmcache_version"), "lmcache_version",
+                              f"{host.name} runs LMCache {series[host.name]}.x, others "
+                              f"{majority}.x (object keys differ between series)",
+                              "use one LMCache series on every vllm host (cache keys would "
+                              "not match)", hosts=(host.name,))
 
 
 def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
@@ -375,7 +393,8 @@ def ports_in_use(host: Host) -> dict[int, str]:
     if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
         claims += [(c.consul_dns_port, "consul_dns_port"), (c.consul_http_port, "consul_http_port")]
     if "vllm" in host.groups:
-        claims.append((c.vllm_port, "vllm_port"))
+        # every instance listens on vllm_port + i (config/instances.py)
+        claims += [(c.vllm_port + i, "vllm_port") for i in range(instance_count(c))]
         if c.lmcache_topology == "server":
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
@@ -446,6 +465,34 @@ def rope_override_complete(site: Site) -> Iterator[Problem]:
                           "or set vllm_model_config")
 
 
+_TOPOLOGY_EVIDENCE = {
+    "cpu": "LMCache's in-process connector has no CPU path and silently recomputes every "
+           "prefix (0 hits)",
+    "gaudi3": "LMCache {lmcache}'s HPU device spec has no lmcache_driven MP transfer "
+              "(v1/platform/devices/hpu/__init__.py: the base spec's False), which "
+              "`lmcache server` needs",
+}
+
+
+def _topology_runs(site: Site, host: Host, table: compat.VLLMCompat) -> Iterator[Problem]:
+    """The topology must run with both the pinned vLLM and the pinned LMCache there."""
+    c = host.config
+    accelerator = c.vllm_accelerator or "cuda"
+    allowed = table.topologies_for(accelerator)
+    with contextlib.suppress(ValueError):  # unsupported lmcache: versions_supported reports it
+        allowed = [t for t in allowed
+                   if t in compat.lmcache(c.lmcache_version).topologies_for(accelerator)]
+    if c.lmcache_topology in allowed:
+        return
+    evidence = _TOPOLOGY_EVIDENCE.get(accelerator, "not in compat.yaml `topologies`")
+    yield Problem(_src(site, host, "lmcache_topology"), "lmcache_topology",
+                  f"{c.lmcache_topology} does not work on {accelerator} hosts: "
+                  + evidence.format(lmcache=c.lmcache_version),
+                  f"set lmcache_topology: {allowed[0]}" if allowed else
+                  "pin an LMCache and vLLM with a topology for this accelerator",
+                  hosts=(host.name,))
+
+
 def _pinned_vllm_hosts(site: Site) -> Iterator[tuple[Host, str, compat.VLLMCompat]]:
     """Serving hosts with an accelerator and a vLLM the table knows (versions_supported and
     groups_present report the others)."""
@@ -480,6 +527,29 @@ def accelerator_wheels_available(site: Site) -> Iterator[Problem]:
                           f"{host.name} ({c.vllm_accelerator}) needs an LMCache "
                           f"{c.lmcache_version} build for it; PyPI's wheel is built for CUDA",
                           "set lmcache_wheel_dir to the site's wheel directory")
+
+
+def torch_pairing(site: Site) -> Iterator[Problem]:
+    """LMCache's C extensions link the torch they were built against; vLLM pins its own.
+    A plan warning, not a rule: the break is inferred (LMCache #585, #1294, #1712 broke on
+    particular symbols, not on every minor), no GPU has run the pair here, and a refusal
+    would refuse deploykit's default CUDA stack on that inference. A site's own wheel
+    (lmcache_wheel_dir) is built against the site's torch, so only PyPI's wheel is named."""
+    for host, accelerator, table in _pinned_vllm_hosts(site):
+        c = host.config
+        try:
+            built = compat.lmcache(c.lmcache_version).build_torch
+        except ValueError:
+            continue
+        if not c.lmcache_install or c.lmcache_wheel_dir or accelerator == "cpu" or \
+                built is None or table.torch is None or built == table.torch:
+            continue
+        yield Problem(_src(site, host, "lmcache_version"), "lmcache_version",
+                      f"PyPI's LMCache {c.lmcache_version} C extensions are built against "
+                      f"torch {built}, vLLM {c.vllm_version} pins torch {table.torch} "
+                      f"({host.name}): `import lmcache.c_ops` may fail with undefined symbols",
+                      f"pin a vLLM on torch {built}, or build LMCache against torch "
+                      f"{table.torch} into lmcache_wheel_dir", hosts=(host.name,))
 
 
 @rule
@@ -745,19 +815,14 @@ def accelerator_supported(site: Site) -> Iterator[Problem]:
         if c.vllm_accelerator not in table.accelerators:
             rows = [s for s in compat.supported_series("vllm")
                     if c.vllm_accelerator in compat.vllm(f"{s}.0").accelerators]
+            why = compat.missing_build_reason(str(c.vllm_accelerator)) or \
+                "none in the compatibility table"
             yield Problem(_src(site, host, "vllm_version"), "vllm_version",
-                          f"vLLM {c.vllm_version} has no {c.vllm_accelerator} build in the "
-                          "compatibility table",
+                          f"vLLM {c.vllm_version} has no {c.vllm_accelerator} build: {why}",
                           f"pin a {' or '.join(f'{s}.x' for s in rows) or 'supported'} "
                           f"vllm_version for {c.vllm_accelerator} hosts", hosts=(host.name,))
             continue
-        allowed = table.topologies_for(c.vllm_accelerator)
-        if c.lmcache_topology not in allowed:
-            yield Problem(_src(site, host, "lmcache_topology"), "lmcache_topology",
-                          f"{c.lmcache_topology} does not work on {c.vllm_accelerator} hosts: "
-                          "LMCache's in-process connector has no CPU path and silently "
-                          "recomputes every prefix (0 hits)",
-                          f"set lmcache_topology: {allowed[0]}", hosts=(host.name,))
+        yield from _topology_runs(site, host, table)
         if c.vllm_kv_connector and c.vllm_kv_connector in TOPOLOGY_CONNECTOR.values() and \
                 c.vllm_kv_connector != TOPOLOGY_CONNECTOR[c.lmcache_topology]:
             yield Problem(_src(site, host, "vllm_kv_connector"), "vllm_kv_connector",
@@ -778,3 +843,132 @@ def accelerator_supported(site: Site) -> Iterator[Problem]:
                           f"needs a multiple of {multiple}",
                           f"leave it unset ({table.default_block_size[c.vllm_accelerator]}) or "
                           f"use a multiple of {multiple}", hosts=(host.name,))
+
+
+# --- devices: models, memory, instances ----------------------------------------------------
+
+
+@rule
+def accelerator_model_matches(site: Site) -> Iterator[Problem]:
+    """vllm_accelerator_model must be a device of vllm_accelerator (an h100 has no ROCm)."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.vllm_accelerator is None or c.vllm_accelerator_model is None:
+            continue
+        runtime = compat.accelerator_models()[c.vllm_accelerator_model].runtime
+        if runtime != c.vllm_accelerator:
+            fitting = sorted(n for n, m in compat.accelerator_models().items()
+                             if m.runtime == c.vllm_accelerator)
+            yield Problem(_src(site, host, "vllm_accelerator_model"), "vllm_accelerator_model",
+                          f"{c.vllm_accelerator_model} runs {runtime}, but the host's "
+                          f"vllm_accelerator is {c.vllm_accelerator}",
+                          f"use one of {', '.join(fitting)}, or fix vllm_accelerator",
+                          hosts=(host.name,))
+
+
+def _gib(n: float) -> str:
+    return f"{n / fit.GIB:.1f} GiB"
+
+
+@rule
+def memory_fits(site: Site) -> Iterator[Problem]:
+    """Weights/(TP x PP) + one max-length request's KV + headroom must fit utilisation x
+    device memory on every device, or vLLM refuses to start (its KV check at start-up)."""
+    for host in site.group("vllm"):
+        c = host.config
+        if host.geometry is None or c.vllm_accelerator in (None, "cpu"):
+            continue
+        try:
+            result = fit.device_fit(c, host.geometry)
+        except ValueError:  # TP does not fit the heads: tensor_parallel_fits_kv_heads
+            continue
+        if isinstance(result, str) or result.fits:
+            continue
+        graphs = f" + {result.graph_reserved:.0%} for HPU graphs" if result.graph_reserved \
+            else ""
+        key = "vllm_gpu_memory_utilization"
+        yield Problem(
+            _src(site, host, key), key,
+            f"{c.vllm_model} TP {c.vllm_tensor_parallel_size} on {result.device}: weights "
+            f"{_gib(result.weights_bytes)} + one {result.max_model_len}-token request's KV "
+            f"{_gib(result.request_bytes)} + headroom {_gib(result.headroom_bytes)}{graphs} "
+            f"per device > {result.utilisation:g} x {_gib(result.hbm_bytes)} = "
+            f"{_gib(result.budget_bytes)} (vLLM refuses to start)",
+            ", or ".join(fit.fixes(c, host.geometry, result)), hosts=(host.name,))
+
+
+# vLLM's data-parallel flags (vllm/engine/arg_utils.py: --data-parallel-size / -dp and the
+# --data-parallel-* family): one engine spanning the host's devices, the job instances do
+_DATA_PARALLEL = re.compile(r"^(-dp|--data[-_]parallel[-_][a-z_-]+)(=.*)?$|^-dp\d+$")
+
+
+@rule
+def instances_fit_devices(site: Site) -> Iterator[Problem]:
+    """Instances x TP x PP within the host's devices; several instances need a device count
+    (else they would share devices); data parallelism and device variables are deploykit's
+    (instances and their device sets), not extra args."""
+    for host in site.group("vllm"):
+        c = host.config
+        count = instance_count(c)
+        if c.vllm_accelerator_count is not None and count * workers(c) > c.vllm_accelerator_count:
+            yield Problem(_src(site, host, "vllm_instances"), "vllm_instances",
+                          f"{count} instances x TP {c.vllm_tensor_parallel_size} x PP "
+                          f"{c.vllm_pipeline_parallel_size} need {count * workers(c)} devices, "
+                          f"{host.name} has vllm_accelerator_count {c.vllm_accelerator_count}",
+                          f"use at most {max(1, c.vllm_accelerator_count // workers(c))} "
+                          "instances", hosts=(host.name,))
+        gpu = c.vllm_accelerator in DEVICE_ENV
+        if gpu and count > 1 and c.vllm_accelerator_count is None:
+            yield Problem(_src(site, host, "vllm_instances"), "vllm_instances",
+                          f"{count} instances on {host.name} without vllm_accelerator_count: "
+                          "every instance would see every device",
+                          "set vllm_accelerator_count (devices per host)", hosts=(host.name,))
+        for word in c.vllm_extra_args:
+            if _DATA_PARALLEL.match(word):
+                yield Problem(_src(site, host, "vllm_extra_args"), "vllm_extra_args",
+                              f"{word.split('=')[0]} runs data parallelism inside one vLLM, "
+                              "which deploykit's units, ports and plan do not see",
+                              "remove it: use vllm_accelerator_count / vllm_instances "
+                              "(one instance per TP x PP devices)", hosts=(host.name,))
+                break
+        renders_devices = any(i.devices for i in instances(host.name, c))
+        for name in sorted(set(c.vllm_extra_env) & set(DEVICE_ENV.values())):
+            if renders_devices:
+                yield Problem(_src(site, host, "vllm_extra_env"), f"vllm_extra_env.{name}",
+                              "deploykit gives each instance its own device set in this "
+                              "variable; this value would override it",
+                              "remove it: set vllm_accelerator_count / vllm_instances",
+                              hosts=(host.name,))
+
+
+@rule
+def server_l1_holds_request(site: Site) -> Iterator[Problem]:
+    """The LMCache server stages every hit in its L1: less than one max-length request
+    (all ranks of one instance) cannot pass a full-length prefix through."""
+    for host in site.group("vllm"):
+        c = host.config
+        if c.lmcache_topology != "server" or host.geometry is None:
+            continue
+        length = fit.max_model_len(c, host.geometry)
+        if length is None:
+            continue
+        try:
+            need = fit.request_kv_bytes(c, host.geometry, length[0])
+        except ValueError:
+            continue
+        explicit = "lmcache_server_l1_size_gb" in host.sources
+        l1 = c.lmcache_server_l1_size_gb
+        if explicit and l1 is not None and l1 * fit.GIB < need:
+            yield Problem(_src(site, host, "lmcache_server_l1_size_gb"),
+                          "lmcache_server_l1_size_gb",
+                          f"{l1:g} GiB < one {length[0]}-token request's KV {_gib(need)} "
+                          f"(every rank of one instance) on {host.name}",
+                          f"use at least {-(-need // fit.GIB)} (x {instance_count(c)} "
+                          "instances for one request each), or unset it (plan computes it)",
+                          hosts=(host.name,))
+        elif c.vllm_host_memory_gb is not None and need > c.vllm_host_memory_gb * fit.GIB / 2:
+            yield Problem(_src(site, host, "vllm_host_memory_gb"), "vllm_host_memory_gb",
+                          f"half of {c.vllm_host_memory_gb:g} GiB cannot hold one "
+                          f"{length[0]}-token request's KV {_gib(need)} in the server's L1",
+                          "lower vllm_max_model_len, or use hosts with more memory",
+                          hosts=(host.name,))

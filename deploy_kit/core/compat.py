@@ -31,6 +31,12 @@ class LMCacheCompat:
     nixl_storage: bool
     nixl_packages: tuple[str, ...] = ()  # what `nixl` mode installs beside LMCache
     server_metrics: bool = False  # `lmcache server` serves Prometheus on --prometheus-port
+    build_torch: str | None = None  # torch major.minor the PyPI wheel's C extensions link
+    topologies: dict[str, list[str]] | None = None  # accelerator -> topologies LMCache runs
+    default_topology: dict[str, str] | None = None  # accelerator -> lmcache_topology unset
+
+    def topologies_for(self, accelerator: str) -> list[str]:
+        return list((self.topologies or {}).get(accelerator, ["inprocess", "server"]))
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class VLLMCompat:
     torch_pins: dict[str, list[str]] | None = None  # wheelhouse: torch from PyPI instead
     topologies: dict[str, list[str]] | None = None  # accelerator -> LMCache topologies
     system_packages: dict[str, list[str]] | None = None  # accelerator -> Debian packages
+    torch: str | None = None  # the torch major.minor this vLLM pins
 
     def env_for(self, accelerator: str) -> dict[str, str]:
         return dict((self.accelerator_env or {}).get(accelerator, {}))
@@ -76,6 +83,47 @@ class VLLMCompat:
 
     def groups_for(self, accelerator: str) -> list[str]:
         return list((self.service_groups or {}).get(accelerator, []))
+
+
+@dataclass(frozen=True)
+class AcceleratorModel:
+    """One accelerator model (compat.yaml `accelerator_models`)."""
+
+    name: str
+    runtime: str  # the vllm_accelerator it needs
+    hbm_gib: float | None  # device memory vLLM's utilisation multiplies; None: no HBM (cpu)
+    bf16_tflops: float  # dense peak, the planner's prefill model
+
+
+@cache
+def accelerator_models() -> dict[str, AcceleratorModel]:
+    return {name: AcceleratorModel(name, str(e["runtime"]),
+                                   None if e["hbm_gib"] is None else float(e["hbm_gib"]),
+                                   float(e["bf16_tflops"]))
+            for name, e in _table()["accelerator_models"].items()}
+
+
+@dataclass(frozen=True)
+class VLLMMemory:
+    headroom_gib: float  # per device, inside the utilisation budget
+    graph_reserved_fraction: dict[str, float]  # runtime -> share of the KV budget for graphs
+
+
+@cache
+def vllm_memory() -> VLLMMemory:
+    e = _table()["vllm_memory"]
+    return VLLMMemory(float(e["headroom_gib"]),
+                      {k: float(v) for k, v in (e.get("graph_reserved_fraction") or {}).items()})
+
+
+def missing_build_reason(accelerator: str) -> str | None:
+    """The evidence for an accelerator's missing vLLM builds (compat.yaml), if recorded."""
+    value = (_table().get("vllm_missing_builds") or {}).get(accelerator)
+    return None if value is None else str(value)
+
+
+def default_accelerator_model(runtime: str) -> str:
+    return str(_table()["default_accelerator_model"][runtime])
 
 
 @dataclass(frozen=True)
@@ -126,6 +174,9 @@ def lmcache(version: str) -> LMCacheCompat:
         nixl_storage=bool(e["nixl_storage"]),
         nixl_packages=tuple(e.get("nixl_packages", ())),
         server_metrics=bool(e.get("server_metrics", False)),
+        build_torch=None if e.get("build_torch") is None else str(e["build_torch"]),
+        topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
+        default_topology={k: str(v) for k, v in (e.get("default_topology") or {}).items()},
     )
 
 
@@ -153,6 +204,7 @@ def vllm(version: str) -> VLLMCompat:
         torch_pins={k: list(v) for k, v in (e.get("torch_pins") or {}).items()},
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         system_packages={k: list(v) for k, v in (e.get("system_packages") or {}).items()},
+        torch=None if e.get("torch") is None else str(e["torch"]),
     )
 
 

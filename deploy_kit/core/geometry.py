@@ -40,6 +40,14 @@ class ModelGeometry:
     # 0: unknown, and the planner says so instead of guessing.
     prefill_params: int = field(default=0, compare=False)
     attention_dim: int = field(default=0, compare=False)
+    # What the weights take in device memory (the HBM fit rule): every parameter vLLM loads
+    # (embeddings and all experts included) and the dtype they are stored in when it is not
+    # `dtype` (fp8 checkpoints). 0 / "": unknown, and the fit rule is skipped with a note.
+    params: int = field(default=0, compare=False)
+    weight_dtype: str = field(default="", compare=False)
+    # the context vLLM serves when --max-model-len is unset (config.json
+    # max_position_embeddings); 0: unknown
+    max_context: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -50,6 +58,8 @@ class ModelGeometry:
             raise ValueError("an MLA model needs kv_lora_rank and qk_rope_head_dim")
         if not self.mla and (self.num_kv_heads <= 0 or self.head_dim <= 0):
             raise ValueError("num_kv_heads and head_dim must be positive")
+        if self.weight_dtype and self.weight_dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown weight_dtype {self.weight_dtype!r}")
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,29 @@ def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel:
         objects = tensor_parallel * pipeline_parallel
     return ChunkLayout(bytes_per_token=total, object_bytes=per_object_token * chunk_tokens,
                        objects_per_chunk=objects, chunk_tokens=chunk_tokens)
+
+
+def weight_bytes(geometry: ModelGeometry, vllm_dtype: str = "auto") -> int | None:
+    """Bytes of all weights (every device together); None when the parameter count is
+    unknown. A quantised checkpoint keeps its weight_dtype; otherwise --dtype (when it names
+    a float type) or the model's dtype."""
+    if geometry.params <= 0:
+        return None
+    dtype = geometry.weight_dtype or (vllm_dtype if vllm_dtype in DTYPE_BYTES
+                                      else geometry.dtype)
+    return geometry.params * DTYPE_BYTES[dtype]
+
+
+def kv_bytes_per_token_per_device(geometry: ModelGeometry, *, tensor_parallel: int,
+                                  pipeline_parallel: int = 1, dtype_bytes: int = 2) -> int:
+    """The KV one device holds per token: its pipeline stage's layers and its share of the
+    KV heads (one head at least: vLLM replicates heads when TP exceeds them). MLA's latent
+    is not split over TP: every rank keeps all of it."""
+    layers = -(-geometry.num_layers // pipeline_parallel)
+    if geometry.mla:
+        return layers * (geometry.kv_lora_rank + geometry.qk_rope_head_dim) * dtype_bytes
+    heads = max(1, geometry.num_kv_heads // tensor_parallel)
+    return 2 * layers * heads * geometry.head_dim * dtype_bytes
 
 
 def prefill_flops(geometry: ModelGeometry, tokens: int) -> float | None:
@@ -211,12 +244,28 @@ def from_hf_config(path: Path) -> ModelGeometry:
     params = _prefill_params(data, layers, heads, kv_heads, head_dim)
     return ModelGeometry(num_layers=layers, dtype=dtype, num_kv_heads=kv_heads,
                          head_dim=head_dim, rope_theta=theta, prefill_params=params,
-                         attention_dim=heads * head_dim if params else 0)
+                         attention_dim=heads * head_dim if params else 0,
+                         params=_total_params(data, params),
+                         max_context=_count(data.get("max_position_embeddings")))
 
 
 def _count(value: Any) -> int:
     """A non-negative int from config.json, else 0 (no guess from a bool, float or text)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _total_params(data: dict[str, Any], prefill_params: int) -> int:
+    """All weights of a dense, unquantised model: the per-token parameters plus the
+    embeddings (twice when the LM head is not tied); norms are left out (under 0.01 %).
+    0 for a MoE model (prefill_params counts only the active experts), a quantised
+    checkpoint (its bytes per weight are not the dtype's) or a missing vocab_size: the fit
+    rule then says it cannot judge instead of guessing."""
+    vocab = _count(data.get("vocab_size"))
+    if not prefill_params or not vocab or data.get("num_experts_per_tok") or \
+            data.get("quantization_config"):
+        return 0
+    embeddings = vocab * _count(data.get("hidden_size"))
+    return prefill_params + embeddings * (1 if data.get("tie_word_embeddings") else 2)
 
 
 def _prefill_params(data: dict[str, Any], layers: int, heads: int, kv_heads: int,

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deploy_kit.config.models import HostConfig
+from deploy_kit.core import compat
 from deploy_kit.core.geometry import ModelGeometry, bytes_per_token, kv_dtype_bytes, prefill_flops
 
-# Dense bf16 peak per device, TFLOPS (no sparsity), from the vendors' datasheets: NVIDIA
-# H100 SXM and H200 (same compute, more memory) 989; AMD Instinct MI300X 1307; Intel Gaudi 3
-# 1835 (its MME, bf16). `cpu` is an order of magnitude for a two-socket AVX-512/AMX server,
-# not a datasheet figure: measure it (bench/gpu-prefill.py) and set vllm_prefill_tflops.
-PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "mi300x": 1307.0, "gaudi3": 1835.0, "cpu": 2.0}
-DEFAULT_DEVICE = {"cuda": "h100", "rocm": "mi300x", "gaudi3": "gaudi3", "cpu": "cpu"}
+# Dense bf16 peak per device, TFLOPS (no sparsity): compat.yaml `accelerator_models`, the one
+# table of accelerator models (with their device memory and each figure's source). `cpu` is
+# an order of magnitude, not a datasheet figure: measure it (bench/gpu-prefill.py) and set
+# vllm_prefill_tflops.
+PEAK_TFLOPS = {name: m.bf16_tflops for name, m in compat.accelerator_models().items()}
 # the share of the peak a long prefill reaches (model FLOPs utilisation); stated, not
 # measured here: vllm_prefill_tflops replaces peak x efficiency with a measured figure
 EFFICIENCY = 0.5
@@ -53,7 +53,8 @@ class ServingGroupPlan:
 
 
 def device_of(c: HostConfig) -> str:
-    return c.vllm_accelerator_model or DEFAULT_DEVICE[c.vllm_accelerator or "cuda"]
+    return c.vllm_accelerator_model or compat.default_accelerator_model(c.vllm_accelerator
+                                                                        or "cuda")
 
 
 def effective_tflops(c: HostConfig) -> tuple[float, str]:

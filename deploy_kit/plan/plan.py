@@ -6,8 +6,10 @@ import ipaddress
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from deploy_kit.config import fit
+from deploy_kit.config.instances import instance_count
 from deploy_kit.config.names import remote_url
-from deploy_kit.config.rules import accelerator_wheels_available
+from deploy_kit.config.rules import accelerator_wheels_available, torch_pairing
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
@@ -43,9 +45,20 @@ class HostPlan:
     host: str
     accelerator: str
     block_size: int
-    workers: int
+    workers: int  # devices of one instance (TP x PP)
+    # in-process LMCache's pinned pool (max_local_cpu_size per worker); 0 on server hosts,
+    # whose `lmcache server` does not read that knob (its DRAM is the L1 below)
     pinned_dram_bytes: int
     shm_bytes: int
+    instances: int = 1
+    device: str = ""  # accelerator model (compat.yaml accelerator_models)
+    # per device of one instance (config/fit.py); None: not judged (see fit_note)
+    weights_bytes: int | None = None
+    kv_capacity_tokens: int | None = None
+    max_model_len: int | None = None
+    requests_fit: int | None = None  # max-length requests the KV cache holds at once
+    fit_note: str = ""
+    lmcache_server_l1_bytes: int | None = None  # server topology: the L1 rendered
 
 
 @dataclass
@@ -152,11 +165,37 @@ def _host_plans(site: Site) -> list[HostPlan]:
                 tensor_parallel=c.vllm_tensor_parallel_size,
                 pipeline_parallel=c.vllm_pipeline_parallel_size,
                 dtype_bytes=kv_dtype_bytes(host.geometry, c.vllm_kv_cache_dtype)).object_bytes
-        out.append(HostPlan(
+        server = c.lmcache_topology == "server"
+        plan = HostPlan(
             host=host.name, accelerator=c.vllm_accelerator or "?", block_size=host.block_size,
-            workers=host.workers, pinned_dram_bytes=sizing.pinned_dram_bytes(c, host.workers),
-            shm_bytes=sizing.shm_bytes(c, host.workers, object_bytes)))
+            workers=host.workers,
+            # every worker of every instance pins its own pool
+            pinned_dram_bytes=0 if server else sizing.pinned_dram_bytes(
+                c, host.workers * instance_count(c)),
+            shm_bytes=sizing.shm_bytes(c, host.workers, object_bytes),
+            instances=instance_count(c), device=device_of(c),
+            lmcache_server_l1_bytes=int(fit.l1_gb(c) * fit.GIB) if server else None)
+        out.append(_with_fit(plan, host))
     return sorted(out, key=lambda h: h.host)
+
+
+def _with_fit(plan: HostPlan, host: Host) -> HostPlan:
+    """The device columns: weights, KV capacity and max-length requests per device."""
+    c = host.config
+    if host.geometry is None or c.vllm_accelerator == "cpu":
+        return plan
+    try:
+        result = fit.device_fit(c, host.geometry)
+    except ValueError:  # TP does not fit the heads: validate reports it
+        return plan
+    if isinstance(result, str):
+        plan.fit_note = result
+        return plan
+    plan.weights_bytes = result.weights_bytes
+    plan.kv_capacity_tokens = result.kv_capacity_tokens
+    plan.max_model_len = result.max_model_len
+    plan.requests_fit = result.requests_fit
+    return plan
 
 
 def rollout(site: Site) -> list[RolloutStep]:
@@ -193,6 +232,8 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
         out.append(f"ceph {site.settings.deploykit_ceph_version}: rendered by the {ceph.release} "
                    "rules, this dot release itself unverified (compat.yaml `verified`)")
     out += [f"{p.key}: {p.message}" for p in accelerator_wheels_available(site)]
+    out += [f"{p.key}: {p.message} ({p.fix})" for p in torch_pairing(site)]
+    out += _serving_warnings(site)
     if pgs_per_osd is not None and pgs_per_osd > 250:
         out.append(f"{pgs_per_osd:.0f} PG replicas per OSD exceeds mon_max_pg_per_osd (250): "
                    "lower pg_num or add OSDs")
@@ -210,6 +251,23 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
     return out
+
+
+def _serving_warnings(site: Site) -> list[str]:
+    """What the memory and L1 sizing could not judge, once per distinct sentence."""
+    out: dict[str, None] = {}
+    for host in site.group("vllm"):
+        c = host.config
+        if c.lmcache_topology != "server":
+            continue
+        if c.lmcache_server_l1_size_gb is None:
+            out[f"{host.name}: the LMCache server's L1 was not computed (the context is "
+                f"unknown): {fit.FALLBACK_L1_GB:g} GiB rendered; set "
+                "lmcache_server_l1_size_gb or vllm_max_model_len"] = None
+        elif "lmcache_server_l1_size_gb" not in host.sources and c.vllm_host_memory_gb is None:
+            out["lmcache_server_l1_size_gb is computed from the requests, not bounded by the "
+                "hosts' memory (set vllm_host_memory_gb to bound it)"] = None
+    return list(out)
 
 
 def build_plan(site: Site) -> Plan:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from deploy_kit.config import names
+from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
 from deploy_kit.render.templating import exec_lines, render_template
@@ -44,8 +45,8 @@ def server_argv(c: HostConfig) -> list[str]:
             "--http-host", MQ_HOST, "--http-port", str(c.lmcache_server_http_port),
             "--prometheus-port", str(c.lmcache_server_metrics_port),
             "--chunk-size", str(c.lmcache_chunk_size),
-            "--l1-size-gb", _gb(c.lmcache_server_l1_size_gb),
-            "--l1-init-size-gb", _gb(min(c.lmcache_server_l1_size_gb, 1.0)),
+            "--l1-size-gb", _gb(l1_gb(c)),
+            "--l1-init-size-gb", _gb(min(l1_gb(c), 1.0)),
             "--eviction-policy", c.lmcache_server_eviction_policy,
             "--max-workers", str(c.lmcache_server_max_workers)]
     adapter = l2_adapter(c)

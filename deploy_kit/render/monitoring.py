@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
@@ -106,7 +107,9 @@ def scrape_targets(site: Site) -> Targets:
     for host in site.hosts.values():
         c = host.config
         if "vllm" in host.groups:
-            add(VLLM, host, "vllm", c.vllm_port, **_serving_labels(c))
+            for instance in instances(host.name, c):  # each vLLM instance has its /metrics
+                add(VLLM, host, "vllm", instance.port, vllm_instance=instance.name,
+                    **_serving_labels(c))
             if c.lmcache_topology == "server" and _server_metrics(c):
                 add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
             add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))

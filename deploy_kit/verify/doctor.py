@@ -43,7 +43,11 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
      ("dev-shm-capacity", "lmcache-memory")),
     (r"not running|inactive|failed with result|503|health",
      "vLLM or the LMCache server is not running where it should",
-     ("vllm-service", "lmcache-server-service", "versions-manifest")),
+     ("vllm-service", "lmcache-server-service", "accelerator-count", "versions-manifest")),
+    (r"instance|same host|sibling|other gpus?|cuda out of memory|out of memory",
+     "one of a host's vLLM instances misses what another computed, or has no devices of its "
+     "own: the instances must share the host's LMCache server and own their device sets",
+     ("lmcache-instance-hit", "accelerator-count", "vllm-service", "lmcache-server-service")),
     (r"certificate|x509|tls|ssl|handshake|unknown ca|self[- ]signed|hostname mismatch",
      "TLS: the concentrator's certificate is not trusted, names the wrong host or expired, "
      "or one side speaks plain HTTP (deploykit_s3_tls, disable_tls)",

@@ -7,6 +7,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from deploy_kit.config.fit import l1_gb
+from deploy_kit.config.instances import endpoints, instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
@@ -52,16 +54,18 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
               f"({host.workers} x {c.lmcache_s3_max_inflight_reqs} x object)"] = files
     if accelerator == "cpu":
         kv = float(c.vllm_cpu_kvcache_space)
+        engines = instance_count(c) * host.workers
         if kv:
-            needs[f"vLLM CPU KV cache ({host.workers} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
-                int(host.workers * kv * GIB)
-        l1 = float(c.lmcache_server_l1_size_gb)
+            needs[f"vLLM CPU KV cache ({engines} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
+                int(engines * kv * GIB)
+        l1 = l1_gb(c)  # unset outside a site: the render's fallback
         if topology == "server" and l1:
             needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
     return ServingPlan(
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
         accelerator=accelerator, lmcache_topology=topology,
         lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
+        accelerator_count=c.vllm_accelerator_count if accelerator != "cpu" else None,
         pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version, **nixl_pin(c)},
         shm_needs=needs)
 
@@ -159,7 +163,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         # after the cache probe: its per-host counter deltas must not see these requests
         answering = {p.host: p.model for p in obs.cache if p.serving and p.model}
         obs.remote, obs.remote_alone = remote_probe.probe(
-            [h for h in serving if h.name in answering],
+            [h for h in serving if all(e.name in answering for e in endpoints(h))],
             {name: str(model) for name, model in answering.items()},
             f"{int(time.time())}-{os.urandom(3).hex()}")
         if obs.consul is not None:

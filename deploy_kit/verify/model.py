@@ -90,6 +90,7 @@ class ServingPlan:
     lmcache_topology: str = "inprocess"  # "server": a standalone lmcache-server unit
     lmcache_server_port: int = 6555
     venv: str = "/opt/vllm"
+    accelerator_count: int | None = None  # vllm_accelerator_count: devices the host must have
     pinned: dict[str, str] = field(default_factory=dict)  # lmcache, vllm -> pinned version
     # what lives in /dev/shm on this host -> bytes (LMCache 0.3 files, CPU KV cache, L1)
     shm_needs: dict[str, int] = field(default_factory=dict)
@@ -128,6 +129,18 @@ class ShmSegment:
 
 
 @dataclass
+class InstanceState:
+    """One vLLM instance on a serving host: its unit, port and HTTP answers (None: the unit
+    is not active, or the probe got no code)."""
+
+    name: str  # host, or host/<index> where the host runs several
+    unit: str
+    port: int
+    health_status: int | None = None
+    models_status: int | None = None
+
+
+@dataclass
 class ServingHost:
     name: str
     address: str
@@ -159,6 +172,7 @@ class ServingHost:
     # shape (chunk_size, remote_url, extra_config) so the LMCache checks read one view
     lmcache_topology: str = "inprocess"
     s3_log: list[S3LogEvent] | None = None  # None: the journal was not read
+    instances: list[InstanceState] = field(default_factory=list)  # as the inventory plans
 
 
 @dataclass
@@ -207,6 +221,11 @@ class CacheProbe:
     second_local: int | None = None  # vLLM's own prefix cache hit tokens of the repeat
     other_host: str | None = None  # where the repeat went when vLLM's own cache masked it
     other_external: int | None = None
+    # another vLLM instance on the same host, asked the prompt after the repeat: only what
+    # the instances share (the LMCache server, the remote tier) can answer it
+    sibling: str | None = None
+    sibling_external: int | None = None
+    sibling_error: str | None = None
     counters: dict[str, float] | None = None
     error: str | None = None
     model: str | None = None  # the name /v1/models serves it under

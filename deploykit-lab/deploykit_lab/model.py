@@ -111,12 +111,13 @@ def _byte_alphabet() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def tokenizer_json() -> dict[str, Any]:
-    """One token per byte, no merges: every text tokenizes, token counts are byte counts."""
+def tokenizer_json(vocab_size: int = GEOMETRY["vocab_size"]) -> dict[str, Any]:
+    """One token per byte, no merges: every text tokenizes, token counts are byte counts.
+    Padded to the model's vocabulary (bench/gpu-proof.py builds it for a real one)."""
     vocab: dict[str, int] = {name: i for i, name in enumerate(SPECIALS)}
     for char in _byte_alphabet():
         vocab[char] = len(vocab)
-    while len(vocab) < GEOMETRY["vocab_size"]:  # ids the model can emit must decode
+    while len(vocab) < vocab_size:  # ids the model can emit must decode
         vocab[f"<|reserved_{len(vocab)}|>"] = len(vocab)
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                   "use_regex": True}

@@ -23,6 +23,19 @@ def cache_probe(name: str) -> CacheProbe:
                                 LOCAL_HITS: 0.0, LOCAL_QUERIES: 0.0})
 
 
+def instance_pair(host: str = "gpu3") -> list[CacheProbe]:
+    """A host running two vLLM instances: each one's prompt was a hit on the other."""
+    pair = [cache_probe(f"{host}/{i}") for i in (0, 1)]
+    for i, probe in enumerate(pair):
+        probe.sibling, probe.sibling_external = f"{host}/{1 - i}", 512
+    return pair
+
+
+def _siblings_apart(o: Any) -> None:
+    """The second instance reaches another LMCache server (or none): nothing is shared."""
+    o.cache[-2].sibling_external = 0
+
+
 def remote_ring() -> list[RemoteRead]:
     """gpu1 and gpu2 each read the prompt the other served (what the lab's pair answered)."""
     return [RemoteRead(writer=w, reader=r, prompt_tokens=517, expected_hit_tokens=512,
@@ -90,6 +103,11 @@ CACHE_CASES: list[tuple[str, Callable[[Any], None], str, str]] = [
     ("lmcache-cache-hit", _masked_other_misses, "gpu1", "gpu2, which never saw the prompt"),
     ("lmcache-cache-hit", lambda o: setattr(o.cache[0], "error", "completion failed: HTTP 500"),
      "gpu1", "HTTP 500"),
+    ("lmcache-instance-hit", _siblings_apart, "gpu3/0",
+     "gpu3/1, which never saw the prompt gpu3/0 served, got 0 tokens"),
+    ("lmcache-instance-hit",
+     lambda o: setattr(o.cache[-1], "sibling_error", "HTTP 503"), "gpu3/1",
+     "gpu3/0 did not answer the prompt gpu3/1 served: HTTP 503"),
     ("vllm-external-prefix-metrics", _degraded, "gpu2", "never hit"),
     ("vllm-external-prefix-metrics", _no_connector, "gpu1", "no LMCache connector loaded"),
     ("vllm-external-prefix-metrics", _old_vllm, "gpu2", "no vllm:external_prefix_cache_"),

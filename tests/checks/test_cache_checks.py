@@ -49,7 +49,8 @@ def _serving_host(name: str, **settings: object) -> Host:
     from deploy_kit.config.models import HostConfig
     from deploy_kit.config.site import Host
 
-    config = HostConfig(vllm_accelerator="cuda").model_copy(update=settings)
+    config = HostConfig(vllm_accelerator="cuda", lmcache_topology="inprocess").model_copy(
+        update=settings)
     return Host(name=name, address=f"10.9.1.{name[-1]}", groups=frozenset({"vllm"}),
                 config=config, sources={}, geometry=None)
 
@@ -121,3 +122,12 @@ def test_the_journal_read_keeps_the_breakers_time_and_words() -> None:
     assert events[0].text == ("[2026-12-05 08:01:01,002] LMCache ERROR: S3L2Adapter disabled "
                               "after 3 consecutive connection failures")
     assert parse_s3_log("@vllm\n") == []
+
+
+def test_doctor_sends_an_instance_miss_to_the_instance_checks() -> None:
+    from deploy_kit.verify.doctor import diagnose
+
+    suggested = [c for _, checks in diagnose("vllm-1 misses what the other instance computed")
+                 for c in checks]
+    assert {"lmcache-instance-hit", "accelerator-count"} <= set(suggested)
+    assert not diagnose("the s3 region is wrong")[0][1].count("lmcache-instance-hit")

@@ -28,7 +28,7 @@ from deploy_kit.verify.model import (
     UnitState,
     evaluate,
 )
-from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, remote_ring
+from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, instance_pair, remote_ring
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 
 RGW = ["10.9.0.11", "10.9.0.12"]
@@ -48,6 +48,7 @@ def serving(name: str, seed: str = "67") -> ServingHost:
     cpu = name == "gpu2"
     plan = ServingPlan(accelerator="cpu" if cpu else "cuda",
                        lmcache_topology="server" if cpu else "inprocess", pinned=dict(PINS),
+                       accelerator_count=None if cpu else 1,
                        shm_needs={"vLLM CPU KV cache": GIB, "LMCache server L1": GIB}
                        if cpu else {})
     units = {"vllm": UnitState("active", "loaded", "success")}
@@ -100,7 +101,7 @@ def healthy() -> Observation:
     obs.rgw_daemons = 4
     obs.serving = [serving("gpu1"), serving("gpu2")]
     obs.consul = consul_view(list(RGW))
-    obs.cache = [cache_probe("gpu1"), cache_probe("gpu2")]
+    obs.cache = [cache_probe("gpu1"), cache_probe("gpu2"), *instance_pair()]
     obs.remote = remote_ring()
     for host in obs.serving:
         host.s3_log = []
@@ -211,6 +212,8 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
      "(vllm_install true, vllm_accelerator cpu) but systemctl is-active vllm: inactive"),
     ("vllm-service", lambda o: setattr(o.serving[0], "health_status", 503), "gpu1",
      "/health 503"),
+    ("accelerator-count", lambda o: setattr(o.serving[0].plan, "accelerator_count", 8), "gpu1",
+     "1 cuda device(s) on the host (/dev/nvidia0), but vllm_accelerator_count is 8"),
     ("lmcache-server-service",
      lambda o: o.serving[1].units.update({"lmcache-server": UnitState("failed")}), "gpu2",
      "systemctl is-active lmcache-server: failed"),

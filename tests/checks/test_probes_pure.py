@@ -89,7 +89,9 @@ def test_doctor_maps_known_symptoms() -> None:
 
 
 def _host(**settings: object) -> Host:
-    config = HostConfig(vllm_accelerator="cuda").model_copy(update=settings)
+    # in-process unless a test says otherwise (cuda's unset default is the server)
+    config = HostConfig(vllm_accelerator="cuda", lmcache_topology="inprocess").model_copy(
+        update=settings)
     return Host(name="gpu1", address="10.9.1.1", groups=frozenset({"vllm"}), config=config,
                 sources={}, geometry=None, connection={"ansible_connection": "local"})
 
@@ -201,3 +203,39 @@ def test_server_unit_reads_as_the_lmcache_view_the_checks_use(tmp_path) -> None:
     # a unit whose adapter lost its region is a FAIL, as lmcache.yaml without s3_region is
     del view["extra_config"]["s3_region"]
     assert [f.status for f in s3_settings(obs)] == [Status.FAIL]
+
+
+def test_every_instance_of_a_host_is_read_and_judged_by_its_own_name() -> None:
+    """Two vLLM instances on one host: the probe script asks each one's port, the parse
+    keeps each one's answer, and vllm-service fails only the instance that does not serve."""
+    from deploy_kit.config.models import HostConfig
+    from deploy_kit.config.site import Host
+    from deploy_kit.verify.checks.serving import service
+    from deploy_kit.verify.model import Observation, Status
+    from deploy_kit.verify.probes.serving_probe import parse, script
+
+    c = HostConfig(vllm_accelerator="cuda", vllm_accelerator_count=4,
+                   vllm_tensor_parallel_size=2, lmcache_topology="server")
+    host = Host("gpu1", "192.0.2.1", frozenset({"vllm"}), c, {}, None)
+    text = script(host, [])
+    assert "http://127.0.0.1:8000$p" in text and "http://127.0.0.1:8001$p" in text
+    assert "for u in vllm vllm-1 lmcache-server; do" in text
+    output = ("### units\nvllm active loaded success\nvllm-1 active loaded success\n"
+              "lmcache-server active loaded success\n"
+              "### instances\nvllm 8000 200 200\nvllm-1 8001 503 000\n")
+    seen = parse(host, output)
+    assert [(i.name, i.port, i.health_status) for i in seen.instances] == [
+        ("gpu1/0", 8000, 200), ("gpu1/1", 8001, 503)]
+    seen.devices = ["/dev/nvidia0"]
+    obs = Observation(fqdn="s3.t.test", bucket="lmcache", region="default", rgw_addresses=[],
+                      dns_servers=[], expected_pools=[], expected_rgw_daemons=0,
+                      expected_lifecycle={}, pinned={}, planned_identity={})
+    obs.serving = [seen]
+    found = {f.target: f for f in service(obs)}
+    assert found["gpu1/0"].status == Status.PASS
+    assert found["gpu1/1"].status == Status.FAIL and "/health 503" in found["gpu1/1"].message
+    # a stopped instance fails by its unit's name, the other still passes
+    seen.units["vllm-1"].active = "failed"
+    found = {f.target: f for f in service(obs)}
+    assert "systemctl is-active vllm-1: failed" in found["gpu1/1"].message
+    assert found["gpu1/0"].status == Status.PASS

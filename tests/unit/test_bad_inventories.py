@@ -420,7 +420,8 @@ CASES = [
     Case("rgw-realm-without-zone", gv("all", ceph_rgw_realm="kv"), ALLF, "ceph_rgw_realm"),
     # a Gaudi host has no CUDA memory for a `cuda` NIXL buffer
     Case("nixl-cuda-buffer-on-gaudi", both(
-        set_host("vllm", "gpu2", {"ansible_host": "10.0.1.2", "vllm_accelerator": "gaudi3"}),
+        set_host("vllm", "gpu2", {"ansible_host": "10.0.1.2", "vllm_accelerator": "gaudi3",
+                                  "vllm_version": "0.26.0"}),
         gv("vllm", lmcache_mode="nixl", lmcache_nixl_buffer_device="cuda",
            lmcache_nixl_buffer_size=1 << 30)), VF, "lmcache_nixl_buffer_device", ("gpu2",)),
     # a DNS server that is its own resolver's upstream loops every other name
@@ -477,7 +478,7 @@ CASES = [
         'a" ]\nrule_files: [x]:9283']), ALLF, "monitoring_ceph_mgr_targets", ALL_HOSTS),
     Case("monitoring-port-privileged", gv("all", monitoring_prometheus_port=80), ALLF,
          "monitoring_prometheus_port", ALL_HOSTS),
-    Case("planner-unknown-accelerator-model", gv("vllm", vllm_accelerator_model="a100"), VF,
+    Case("planner-unknown-accelerator-model", gv("vllm", vllm_accelerator_model="tpu-v5"), VF,
          "vllm_accelerator_model", VLLM),
     Case("planner-zero-bandwidth", gv("vllm", deploykit_storage_gbps=0), VF,
          "deploykit_storage_gbps", VLLM),

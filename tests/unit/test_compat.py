@@ -55,7 +55,10 @@ def test_vllm_034_row_from_the_wheel() -> None:
     assert v34.kv_transfer_fields == compat.vllm("0.33.0").kv_transfer_fields
     assert "VLLM_USE_V1" not in v34.env_for("gaudi3")
     assert v34.gaudi_bucketing_env == "VLLM_BUCKETING_STRATEGY"
-    assert v34.packages("gaudi3", "0.34.0") == ["vllm==0.34.0", "vllm-gaudi"]
+    # no vllm-gaudi release for 0.34: gaudi3 is the 0.26 row's, with the plugin pinned
+    assert "gaudi3" not in v34.accelerators
+    assert compat.vllm("0.26.0").packages("gaudi3", "0.26.0") == \
+        ["vllm==0.26.0", "vllm-gaudi==0.26.0"]
     assert v34.needs_wheelhouse("rocm") and not v34.needs_wheelhouse("cuda")
     assert v34.groups_for("rocm") == ["video", "render"]
 

@@ -54,7 +54,8 @@ def test_an_eight_gpu_host_at_tp2_renders_four_instances(make_inventory: Invento
 def test_roles_get_every_instance_and_the_record_watches_every_unit(
         make_inventory: InventoryFactory) -> None:
     site = open_site(str(make_inventory(vllm={
-        "vllm_tensor_parallel_size": 4, "vllm_accelerator_count": 8})))
+        "vllm_tensor_parallel_size": 4, "vllm_accelerator_count": 8,
+        "lmcache_topology": "inprocess"})))  # cuda's unset default is the server
     settings = json.loads(role_tree(site)["gpu1"][SETTINGS_PATH].content)
     assert [(i["name"], i["unit"], i["port"], i["env_file"], i["unit_file"])
             for i in settings["_vllm_instances"]] == [

@@ -51,7 +51,7 @@ def test_targets_per_job_with_host_group_model_accelerator(make_inventory: Inven
     vllm = labels_by_host(found.groups[monitoring.VLLM])
     assert vllm["gpu1"]["targets"] == ["10.0.1.1:8100"]
     assert vllm["gpu2"]["labels"] == {"host": "gpu2", "group": "vllm", "model": "Qwen/Qwen3-8B",
-                                      "accelerator": "rocm"}
+                                      "accelerator": "rocm", "vllm_instance": "gpu2"}
     assert sorted(labels_by_host(found.groups[monitoring.HAPROXY])) == ["rgw1", "rgw2"]
     assert labels_by_host(found.groups[monitoring.HAPROXY])["rgw1"]["targets"] == \
         ["10.0.0.11:1967"]
@@ -61,6 +61,15 @@ def test_targets_per_job_with_host_group_model_accelerator(make_inventory: Inven
     # in-process LMCache has no metrics port of its own; Consul's API is on loopback
     assert monitoring.LMCACHE in found.omitted and monitoring.CONSUL in found.omitted
     assert "loopback" in found.omitted[monitoring.CONSUL]
+
+
+def test_every_vllm_instance_is_scraped_on_its_own_port(make_inventory: InventoryFactory
+                                                        ) -> None:
+    site = site_of(make_inventory, vllm_accelerator_count=4, vllm_tensor_parallel_size=2)
+    found = [g for g in monitoring.scrape_targets(site).groups[monitoring.VLLM]
+             if g["labels"]["host"] == "gpu1"]
+    assert [(g["labels"]["vllm_instance"], g["targets"]) for g in found] == [
+        ("gpu1/0", ["10.0.1.1:8000"]), ("gpu1/1", ["10.0.1.1:8001"])]
 
 
 def test_an_lmcache_that_serves_metrics_gets_its_job(make_inventory: InventoryFactory,

@@ -91,7 +91,8 @@ def test_secrets_only_in_0600_credentials_files(make_inventory: InventoryFactory
 
 def test_kv_transfer_config_fields_accepted_by_pinned_vllm(
         make_inventory: InventoryFactory) -> None:
-    site = open_site(str(make_inventory(vllm={"vllm_kv_transfer_extra": {"kv_port": 15000}})))
+    site = open_site(str(make_inventory(vllm={"vllm_kv_transfer_extra": {"kv_port": 15000},
+                                              "lmcache_topology": "inprocess"})))
     for host in site.group("vllm"):
         argv = vllm_argv(host)
         config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
@@ -108,7 +109,8 @@ def test_gaudi_gets_its_block_size_and_env(make_inventory: InventoryFactory) -> 
     from tests.conftest import BASE_HOSTS
 
     hosts = copy.deepcopy(BASE_HOSTS)
-    hosts["all"]["children"]["vllm"]["hosts"] = {"h1": {"vllm_accelerator": "gaudi3"}}
+    hosts["all"]["children"]["vllm"]["hosts"] = {"h1": {"vllm_accelerator": "gaudi3",
+                                                        "vllm_version": "0.26.0"}}
     site = open_site(str(make_inventory(hosts)))
     files = render_site(site)["h1"]
     assert "--block-size 128" in files["/etc/systemd/system/vllm.service"].content

@@ -283,8 +283,9 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
                  "/etc/deploykit/vllm.env", "/etc/deploykit/serving-env.lock-sha256"):
         assert path in serving, path
     assert any(p.endswith("/.deploykit-wheelhouse") for p in serving)
-    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_units"] in (
-        ["vllm"], ["lmcache-server"])
+    # the example: in-process (its fleet has gaudi3), four instances on 8 GPUs at TP 2
+    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_units"] == [
+        "vllm", "vllm-1", "vllm-2", "vllm-3"]
     assert settings["ceph-adm1"]["_deploykit_converged"]["probes"]
     assert not settings["rgw1"]["_deploykit_converged"]["probes"]
     assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in \

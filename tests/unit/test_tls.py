@@ -177,7 +177,9 @@ def test_tree_carries_paths_not_keys(make_inventory: InventoryFactory) -> None:
 
 
 def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFactory) -> None:
-    tree = render_site(open_site(str(make_inventory(all=TLS))))
+    # in-process: the in-process lmcache.yaml carries disable_tls (cuda's default is server)
+    inprocess = {"lmcache_topology": "inprocess"}
+    tree = render_site(open_site(str(make_inventory(all=TLS | inprocess))))
     cfg = tree["rgw1"]["/etc/haproxy/haproxy.cfg"].content
     assert "bind *:443 ssl crt /etc/haproxy/deploykit-s3.pem alpn http/1.1" in cfg
     assert "bind *:1967\n" in cfg  # /health and /stats stay plain HTTP for Consul's check
@@ -186,7 +188,7 @@ def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFac
     assert lm["extra_config"]["disable_tls"] is False
     profile = tree["gpu1"]["/etc/deploykit/aws/config"].content
     assert "endpoint_url = https://s3.t.test" in profile
-    plain = render_site(open_site(str(make_inventory(all={}))))
+    plain = render_site(open_site(str(make_inventory(all=inprocess))))
     assert "ssl" not in plain["rgw1"]["/etc/haproxy/haproxy.cfg"].content
     lm = yaml.safe_load(plain["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
     assert lm["extra_config"]["disable_tls"] is True

@@ -24,6 +24,8 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 
 
 def _site(make_inventory: InventoryFactory, **all_vars: object):  # type: ignore[no-untyped-def]
+    if "vllm_rope_scaling" in all_vars:  # 4 x the model's 40960 tokens would not fit one H100
+        all_vars = {"vllm_max_model_len": 32768, **all_vars}
     return open_site(str(make_inventory(BASE_HOSTS, all=all_vars)))
 
 
@@ -146,11 +148,12 @@ def test_api_key_inline_is_refused(make_inventory: InventoryFactory) -> None:
 def test_gaudi_env_uses_the_bucketing_strategy(make_inventory: InventoryFactory) -> None:
     hosts = {"all": {"children": {**BASE_HOSTS["all"]["children"], "vllm": {"hosts": {
         "g1": {"ansible_host": "10.0.1.3", "vllm_accelerator": "gaudi3"}}}}}}
-    site = open_site(str(make_inventory(hosts)))
+    site = open_site(str(make_inventory(hosts, all={"vllm_version": "0.26.0"})))
     env = vllm_env(site.hosts["g1"])
     assert env["VLLM_BUCKETING_STRATEGY"] == "exp" and env["PT_HPU_GPU_MIGRATION"] == "1"
     assert not {"VLLM_USE_V1", "VLLM_SKIP_WARMUP", "VLLM_EXPONENTIAL_BUCKETING"} & set(env)
-    dev = open_site(str(make_inventory(hosts, all={"vllm_gaudi_skip_warmup": True,
+    dev = open_site(str(make_inventory(hosts, all={"vllm_version": "0.26.0",
+                                                   "vllm_gaudi_skip_warmup": True,
                                                    "vllm_gaudi_bucketing_strategy": "lin"})))
     assert vllm_env(dev.hosts["g1"])["VLLM_SKIP_WARMUP"] == "true"
     assert vllm_env(dev.hosts["g1"])["VLLM_BUCKETING_STRATEGY"] == "lin"

@@ -101,3 +101,28 @@ def external_metrics(obs: Observation) -> Iterator[Finding]:
             yield Finding(cid, Status.PASS, p.host,
                           f"external prefix cache {hits:,} of {queries:,} queried tokens "
                           f"({100 * hits / queries:.0f}%)" + local)
+
+
+@check("lmcache-instance-hit", tags=("lmcache", "vllm"),
+       summary="on a host with several vLLM instances, a prompt one served is a hit on another")
+def instance_hit(obs: Observation) -> Iterator[Finding]:
+    cid = "lmcache-instance-hit"
+    for p in obs.cache:
+        if p.sibling is None or not p.serving or p.error:
+            continue  # one instance on the host, or lmcache-cache-hit already names why
+        if p.sibling_error or p.sibling_external is None:
+            yield Finding(cid, Status.FAIL, p.host,
+                          f"{p.sibling} did not answer the prompt {p.host} served: "
+                          f"{p.sibling_error or 'no external prefix-cache counters'}",
+                          "see vllm-service for that instance")
+        elif p.sibling_external > 0:
+            yield Finding(cid, Status.PASS, p.host,
+                          f"{p.sibling}, which never saw the prompt, got {p.sibling_external} "
+                          f"tokens from the tier both share (full chunks: "
+                          f"{p.expected_hit_tokens})")
+        else:
+            yield Finding(cid, Status.FAIL, p.host,
+                          f"{p.sibling}, which never saw the prompt {p.host} served, got 0 "
+                          "tokens from LMCache: the instances do not share their cache",
+                          "both instances must reach the host's LMCache server (lmcache.mp.port "
+                          "in --kv-transfer-config) with one PYTHONHASHSEED; " + NO_HIT_HINT)

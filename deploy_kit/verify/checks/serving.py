@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 from deploy_kit.core import compat
 from deploy_kit.verify.model import (
     Finding,
+    InstanceState,
     Observation,
     ServingHost,
     Status,
@@ -24,6 +26,11 @@ PIN_SOURCE = {"nixl": "by compat.yaml nixl_packages"}  # NIXL has no setting of 
 # device nodes an accelerator's driver creates; vllm_accelerator "cpu" needs none
 DEVICES = {"cuda": ("/dev/nvidia",), "rocm": ("/dev/kfd",),
            "gaudi3": ("/dev/accel/accel", "/dev/hl")}
+# one node per device, what vllm_accelerator_count is held to (ROCm: a render node per GPU;
+# /dev/kfd is one per host)
+COUNTED_DEVICES = {"cuda": re.compile(r"^/dev/nvidia[0-9]+$"),
+                   "rocm": re.compile(r"^/dev/dri/renderD[0-9]+$"),
+                   "gaudi3": re.compile(r"^/dev/accel/accel[0-9]+$")}
 MIB = 1024**2
 
 
@@ -77,6 +84,11 @@ def _unit(host: ServingHost, unit: str) -> UnitState:
     if unit == "vllm" and host.service_active:
         return UnitState("active")
     return UnitState("unknown")
+
+
+def _any_vllm_active(host: ServingHost) -> bool:
+    units = [i.unit for i in host.instances] or ["vllm"]
+    return any(_unit(host, u).active == "active" for u in units)
 
 
 def _unit_text(unit: str, state: UnitState) -> str:
@@ -347,30 +359,39 @@ def telemetry(obs: Observation) -> Iterator[Finding]:
 
 
 @check("vllm-service", tags=("vllm",),
-       summary="vLLM's unit is active and /health, /v1/models answer wherever vLLM should run")
+       summary="every vLLM instance's unit is active and its /health, /v1/models answer "
+               "wherever vLLM should run")
 def service(obs: Observation) -> Iterator[Finding]:
     for host in obs.serving:
         if not host.reachable:
             continue  # serving-host-reachable names it
         why = _not_meant_to_run(host)
-        if why:
-            yield Finding("vllm-service", Status.SKIP, host.name, f"skipped: {why}")
-            continue
-        state = _unit(host, "vllm")
-        if state.active != "active":
-            yield Finding("vllm-service", Status.FAIL, host.name,
-                          f"vLLM should run here ({_why_expected(host)}) but "
-                          f"{_unit_text('vllm', state)}; expected active",
-                          f"journalctl -u vllm -n 50 on {host.name}; `deploykit up --limit "
-                          f"{host.name}` starts it")
-        elif host.health_status == 200 and host.models_status == 200:
-            yield Finding("vllm-service", Status.PASS, host.name,
-                          "vllm active, /health and /v1/models 200")
-        else:
-            yield Finding("vllm-service", Status.FAIL, host.name,
-                          f"vllm active but /health {host.health_status}, /v1/models "
-                          f"{host.models_status} (expected 200, 200)",
-                          f"journalctl -u vllm on {host.name} (still loading the model?)")
+        planned = host.instances or [InstanceState(host.name, "vllm", 0, host.health_status,
+                                                   host.models_status)]
+        for instance in planned:
+            if why:
+                yield Finding("vllm-service", Status.SKIP, instance.name, f"skipped: {why}")
+            else:
+                yield _instance_finding(host, instance)
+
+
+def _instance_finding(host: ServingHost, instance: InstanceState) -> Finding:
+    unit = instance.unit
+    state = _unit(host, unit)
+    if state.active != "active":
+        return Finding("vllm-service", Status.FAIL, instance.name,
+                       f"vLLM should run here ({_why_expected(host)}) but "
+                       f"{_unit_text(unit, state)}; expected active",
+                       f"journalctl -u {unit} -n 50 on {host.name}; `deploykit up --limit "
+                       f"{host.name}` starts it")
+    if instance.health_status == 200 and instance.models_status == 200:
+        port = f" on :{instance.port}" if instance.port else ""
+        return Finding("vllm-service", Status.PASS, instance.name,
+                       f"{unit} active, /health and /v1/models 200{port}")
+    return Finding("vllm-service", Status.FAIL, instance.name,
+                   f"{unit} active but /health {instance.health_status}, /v1/models "
+                   f"{instance.models_status} (expected 200, 200)",
+                   f"journalctl -u {unit} on {host.name} (still loading the model?)")
 
 
 @check("lmcache-server-service", tags=("lmcache", "vllm"),
@@ -427,7 +448,7 @@ def shm_capacity(obs: Observation) -> Iterator[Finding]:
             continue
         size, free = host.shm_bytes, host.shm_free_bytes
         seen = f"/dev/shm {_size(size)} ({host.shm_fstype or '?'}), {_size(free)} free"
-        running = _unit(host, "vllm").active == "active"
+        running = _any_vllm_active(host)
         if size < need:
             yield Finding("dev-shm-capacity", Status.FAIL, host.name,
                           f"{seen}: smaller than the {_size(need)} the host needs ({parts})",
@@ -448,7 +469,7 @@ def shm_capacity(obs: Observation) -> Iterator[Finding]:
 
 def _stale_segments(host: ServingHost) -> Iterator[Finding]:
     """lmcache_kv_<pid>_<n> files whose process is gone (every vLLM stop leaks one)."""
-    running = _unit(host, "vllm").active == "active"
+    running = _any_vllm_active(host)
     stale = [s for s in host.shm_segments
              if s.owner_alive is False or (s.owner_alive is None and not running)]
     if stale:
@@ -462,6 +483,30 @@ def _stale_segments(host: ServingHost) -> Iterator[Finding]:
 def _same_version(found: str, pinned: str) -> bool:
     """0.32.0+cpu is the CPU build of 0.32.0: the local part does not change the release."""
     return found == pinned or found.split("+", 1)[0] == pinned
+
+
+@check("accelerator-count", tags=("vllm",),
+       summary="a GPU host has at least the vllm_accelerator_count devices its instances use")
+def accelerator_count(obs: Observation) -> Iterator[Finding]:
+    cid = "accelerator-count"
+    for host in obs.serving:
+        pattern = COUNTED_DEVICES.get(host.plan.accelerator)
+        wanted = host.plan.accelerator_count
+        if not host.reachable or pattern is None or wanted is None or host.devices is None:
+            continue
+        seen = [d for d in host.devices if pattern.match(d)]
+        if len(seen) >= wanted:
+            yield Finding(cid, Status.PASS, host.name,
+                          f"{len(seen)} {host.plan.accelerator} devices, "
+                          f"vllm_accelerator_count {wanted}")
+        else:
+            yield Finding(cid, Status.FAIL, host.name,
+                          f"{len(seen)} {host.plan.accelerator} device(s) on the host "
+                          f"({' '.join(seen) or 'none'}), but vllm_accelerator_count is "
+                          f"{wanted}: the instances given the missing devices cannot start",
+                          f"set vllm_accelerator_count for {host.name} to {len(seen)} (its "
+                          "host_vars), or bring the devices back (driver, container "
+                          "device list)")
 
 
 @check("versions-manifest", tags=("config",),

@@ -7,6 +7,10 @@ Where vLLM's own prefix cache is on, the repeat is answered from it and the conn
 not asked; the prompt then goes to another serving host, which never saw it, so only the
 shared tier can supply its chunks. Each probe leaves two chunks in the bucket (its
 lifecycle rule expires them).
+
+A host that runs several vLLM instances is probed per instance, and the prompt one instance
+served then goes to its sibling on the same host, which never saw it either: only what the
+instances share (the host's LMCache server, or the remote tier) can answer it there.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 
+from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.openai import api_key, model_name
@@ -34,7 +39,8 @@ def request_with_hits(host: Host, model: str, ids: list[int]
     return timed, oa.delta(before, after)
 
 
-def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
+def probe_host(host: Host, run_id: str, others: list[Host],
+               sibling: Host | None = None) -> CacheProbe:
     c = host.config
     port = c.vllm_port
     result = CacheProbe(host=host.name, address=host.address)
@@ -61,6 +67,11 @@ def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
     if hits1 is not None and hits2 is not None:
         result.first_external, result.second_external = hits1.external, hits2.external
         result.second_local = hits2.local
+    if sibling is not None:
+        timed, hits = request_with_hits(sibling, model_name(sibling), ids)
+        result.sibling = sibling.name
+        result.sibling_external = hits.external if timed.error is None and hits else None
+        result.sibling_error = timed.error
     if hits2 is not None and hits2.external == 0 and hits2.local > 0:
         for other in others:
             if other.name == host.name:
@@ -73,12 +84,18 @@ def probe_host(host: Host, run_id: str, others: list[Host]) -> CacheProbe:
 
 
 def probe(hosts: list[Host]) -> list[CacheProbe]:
+    """Every instance of every host, one after another; each instance's prompt then goes to
+    the next instance of its host (the last one's to the first)."""
     run_id = f"{int(time.time())}-{os.urandom(3).hex()}"
+    per_host = [endpoints(h) for h in hosts]
+    everyone = [e for group in per_host for e in group]
     out: list[CacheProbe] = []
-    for host in hosts:
-        try:
-            out.append(probe_host(host, run_id, hosts))
-        except Exception as exc:  # an unreachable host is a finding, not a crash
-            out.append(CacheProbe(host=host.name, address=host.address,
-                                  error=f"{type(exc).__name__}: {exc}"))
+    for group in per_host:
+        for i, endpoint in enumerate(group):
+            sibling = group[(i + 1) % len(group)] if len(group) > 1 else None
+            try:
+                out.append(probe_host(endpoint, run_id, everyone, sibling))
+            except Exception as exc:  # an unreachable host is a finding, not a crash
+                out.append(CacheProbe(host=endpoint.name, address=endpoint.address,
+                                      error=f"{type(exc).__name__}: {exc}"))
     return out

@@ -6,8 +6,10 @@ writes once and reads once, so a host whose S3 is broken fails both of its pairs
 check tells writers from readers with that, and with the journal's breaker lines).
 
 Writes run side by side, then reads: each host serves one request per phase, so vLLM's
-counter deltas are that request's own. Each pair leaves two chunks in the bucket (its
-lifecycle rule expires them).
+counter deltas are that request's own. On a host with several vLLM instances the first one
+writes and the last one reads, so both ends of a pair are on different hosts (the instances
+of one host share its LMCache server, which would answer without the remote tier). Each
+pair leaves two chunks in the bucket (its lifecycle rule expires them).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 
+from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
 from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import RemoteRead
@@ -62,10 +65,13 @@ def ring(hosts: list[Host]) -> tuple[list[tuple[Host, Host, Host | None]], dict[
 
 def probe(hosts: list[Host], models: dict[str, str], run_id: str,
           settle_s: float = SETTLE_S, workers: int = 8) -> tuple[list[RemoteRead], dict[str, str]]:
-    """`hosts`: the serving hosts that answer; `models`: each one's served model name."""
-    pairs, alone = ring(hosts)
-    if not pairs:
+    """`hosts`: the serving hosts that answer; `models`: each endpoint's served model name
+    (by instance name)."""
+    host_pairs, alone = ring(hosts)
+    if not host_pairs:
         return [], alone
+    pairs = [(endpoints(w)[0], endpoints(r)[-1], endpoints(t)[-1] if t is not None else None)
+             for w, r, t in host_pairs]
     reads: list[RemoteRead] = []
     prompts: list[list[int]] = []
     for writer, reader, _ in pairs:

