@@ -669,7 +669,7 @@ class HostConfig(BaseModel):
 
     @property
     def model_is_local(self) -> bool:
-        """vllm_model names a directory on the controller that the vllm role stages."""
+        """vllm_model names a directory on the controller that the serving role stages."""
         return self.vllm_model.startswith("/")
 
     @property

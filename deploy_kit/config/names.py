@@ -66,7 +66,7 @@ CONSUL_SECRETS_PATH = "/etc/consul.d/secrets.json"
 COREDNS_BINARY_PATH = "/usr/local/bin/coredns"
 # Where each OS family keeps local trust anchors, and what rebuilds the bundle awscrt reads
 # (Debian: /etc/ssl/certs/ca-certificates.crt; RHEL family: /etc/pki/tls/certs/ca-bundle.crt,
-# one of awscrt's compiled-in default locations too). The lmcache role tells them apart by the
+# one of awscrt's compiled-in default locations too). The serving role tells them apart by the
 # anchors directory, so no fact gathering is needed.
 CA_TRUST = {
     "debian": {"path": "/usr/local/share/ca-certificates/deploykit-ca.crt",
@@ -81,12 +81,12 @@ def rgw_keyring_path(instance: str) -> str:
 
 
 def serving_env_lock_marker_path(c: HostConfig) -> str:
-    """The requirements.lock digest the serving_env role last installed."""
+    """The requirements.lock digest the serving role last installed (its environment phase)."""
     return f"{c.lmcache_config_dir}/serving-env.lock-sha256"
 
 
 def serving_env_wheelhouse_marker_path(c: HostConfig) -> str:
-    """What serving_env installed into the venv."""
+    """What the serving role installed into the venv."""
     return f"{c.vllm_venv}/.deploykit-wheelhouse"
 
 

@@ -509,8 +509,8 @@ def _pinned_vllm_hosts(site: Site) -> Iterator[tuple[Host, str, compat.VLLMCompa
 
 def accelerator_wheels_available(site: Site) -> Iterator[Problem]:
     """ROCm and Gaudi3 builds are not on PyPI: they install from the site's wheel directory.
-    A plan warning (not a rule: a site may install them out of band); the vllm and lmcache
-    roles refuse to install from PyPI there."""
+    A plan warning (not a rule: a site may install them out of band); the serving role
+    refuses to install from PyPI there."""
     for host, accelerator, table in _pinned_vllm_hosts(site):
         c = host.config
         if not table.needs_wheelhouse(accelerator):

@@ -133,7 +133,7 @@ def _geometry(raw_vars: dict[str, Any], config: HostConfig, root: Path, source: 
               problems: list[Problem], hosts: tuple[str, ...] = ()) -> ModelGeometry | None:
     model_config = config.vllm_model_config
     if config.model_is_local and (why := _model_dir_problem(Path(config.vllm_model), root)):
-        # the vllm role copies this directory to every serving host: never `/`, never the
+        # the serving role copies this directory to every serving host: never `/`, never the
         # inventory (vault password, CA key) or anything that is not a model
         problems.append(Problem(source, "vllm_model", why, "give the model directory on the "
                                 "controller (with its config.json)", hosts=hosts))

@@ -101,7 +101,6 @@ def role_units(host: Host) -> dict[str, Any]:
         "_lmcache_server_unit": "lmcache-server",
         # one unit per vLLM instance (config/instances.py), by instance name
         "_vllm_instance_units": {i.name: i.unit for i in host_instances(host)},
-        "_vllm_unit": "vllm",  # transitional: instance 0, until the serving role loops (#32)
         "_monitoring_node_exporter_unit": "prometheus-node-exporter",
         "_monitoring_s3_events_unit": "deploykit-lmcache-s3-events.timer",
         "_monitoring_prometheus_unit": "prometheus",
@@ -114,7 +113,7 @@ GROUP_UNIT_NAMES: dict[str, tuple[str, ...]] = {
     "rgw": ("_ceph_rgw_instance_units", "_ceph_rgw_haproxy_unit"),
     "consul": ("_consul_unit",),
     "dns": ("_coredns_unit",),
-    "vllm": ("_lmcache_server_unit", "_vllm_instance_units", "_vllm_unit",
+    "vllm": ("_lmcache_server_unit", "_vllm_instance_units",
              "_monitoring_node_exporter_unit",
              "_monitoring_s3_events_unit"),
     "monitoring": ("_monitoring_prometheus_unit", "_monitoring_blackbox_unit",

@@ -40,8 +40,9 @@ SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key",
 
 
 def lmcache_packages(c: HostConfig) -> list[str]:
-    """What the lmcache role pip-installs: `nixl` mode adds the extra and the pinned NIXL
-    (compat.yaml `nixl_packages`: an unpinned extra backtracks to a release pip can meet)."""
+    """What the serving role pip-installs for LMCache: `nixl` mode adds the extra and the
+    pinned NIXL (compat.yaml `nixl_packages`: an unpinned extra backtracks to a release pip
+    can meet)."""
     if c.lmcache_mode != "nixl":
         return [f"lmcache=={c.lmcache_version}"]
     try:
@@ -119,8 +120,6 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_vllm_restart_with_server": vllm.restarts_with_server(host),
         # the heal task's unit and journal words: the converge record's own (converged.breaker)
         "_lmcache_breaker_units": breaker_units,
-        # transitional, until the serving role reads the lists (issue 32)
-        "_lmcache_breaker_unit": breaker_units[0] if breaker_units else None,
         "_lmcache_breaker_pattern": breaker_pattern,
         **converged.role_paths(host),
         **converged.role_units(host),
@@ -138,7 +137,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_serving_env_system_packages": (table.system_packages or {}).get(accelerator, []),
         "_lmcache_packages": lmcache_packages(c),
         "_vllm_has_api_key": c.vllm_api_key is not None,
-        # a local model directory on the controller, staged by the vllm role
+        # a local model directory on the controller, staged by the serving role
         "_vllm_model_is_local": c.model_is_local,
         "_vllm_model_on_host": c.model_path_on_host,
         # the role stages the directory again only when this changes (one read, not one
@@ -146,7 +145,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_vllm_model_digest": model_digest(c.vllm_model) if c.model_is_local else None,
         # CPU hosts run vLLM on their cores: no accelerator device to look for
         "_vllm_needs_device": accelerator != "cpu",
-        # a deploykit wheelhouse (requirements.lock): the serving_env role installs it whole
+        # a deploykit wheelhouse (requirements.lock): the serving role installs it whole
         "_serving_env_wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
         "_serving_env_wheelhouse_archive": has_archive(c.vllm_wheel_dir),
     }

@@ -1,7 +1,7 @@
 """The serving hosts' Python packages, downloaded once on the controller (air-gapped sites).
 
 `deploykit wheelhouse` resolves the pinned vLLM + LMCache stack for each accelerator into a
-directory of wheels with a hash-pinned `requirements.lock`; the serving_env role copies it to
+directory of wheels with a hash-pinned `requirements.lock`; the serving role copies it to
 the hosts and installs exactly that set with `pip --no-index --require-hashes --no-deps`, so
 a serving host never talks to a registry and every host runs the same bytes.
 """
@@ -211,7 +211,7 @@ def build(recipe: Recipe, root: Path) -> Path:
 
 
 def lock_digest(directory: str) -> str | None:
-    """sha256 of a wheelhouse's lock (what the serving_env role records as installed), or
+    """sha256 of a wheelhouse's lock (what the serving role records as installed), or
     None when the directory has no lock (a plain wheel directory: pip resolves from it)."""
     if not directory:
         return None

@@ -53,7 +53,7 @@ def environment() -> jinja2.Environment:
         # A role's own template (the secret-bearing credentials file, which the role fills
         # with keys only Ansible holds) is searched second, so one file serves both.
         loader=jinja2.FileSystemLoader([str(templates_dir()),
-                                        str(roles_dir() / "lmcache" / "templates")]),
+                                        str(roles_dir() / "serving" / "templates")]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

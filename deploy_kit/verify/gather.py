@@ -71,7 +71,7 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
 
 
 def nixl_pin(c: HostConfig) -> dict[str, str]:
-    """nixl hosts: the NIXL release the lmcache role installs (compat.yaml nixl_packages)."""
+    """nixl hosts: the NIXL release the serving role installs (compat.yaml nixl_packages)."""
     if c.lmcache_mode != "nixl":
         return {}
     try:

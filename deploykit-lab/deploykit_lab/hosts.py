@@ -55,6 +55,35 @@ def ensure_ssh_key() -> Path:
     return key
 
 
+# nspawn mounts a host's /dev/shm at a tenth of this machine's memory (2.4 GiB of 24): one
+# CPU vLLM (VLLM_CPU_KVCACHE_SPACE 1 GiB) and its LMCache server's 1 GiB L1 fit, lab3's two
+# instances and that L1 do not (verify dev-shm-capacity). A unit remounts it larger at every
+# boot of the host; it is a limit, memory is used only as the segments are.
+SHM_SIZE = "4G"
+SHM_UNIT = f"""[Unit]
+Description=deploykit lab: /dev/shm of {SHM_SIZE} (several vLLM instances and an LMCache L1)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/mount -o remount,size={SHM_SIZE} /dev/shm
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def shm_size(merged: Path) -> None:
+    units = merged / "etc" / "systemd" / "system"
+    wants = units / "sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (units / "deploykit-lab-shm.service").write_text(SHM_UNIT)
+    link = wants / "deploykit-lab-shm.service"
+    if not link.is_symlink():
+        link.symlink_to("/etc/systemd/system/deploykit-lab-shm.service")
+
+
 def start_host(host: LabHost, rootfs: Path, repo: Path, public_key: str) -> int:
     """Overlay on the shared image, netns + veth, then nspawn in its own cgroup."""
     upper, work, merged = host.root / "upper", host.root / "work", host.root / "merged"
@@ -64,6 +93,7 @@ def start_host(host: LabHost, rootfs: Path, repo: Path, public_key: str) -> int:
          f"lowerdir={rootfs},upperdir={upper},workdir={work}", str(merged)])
     (merged / "etc" / "hostname").write_text(host.name + "\n")
     (merged / "etc" / "hosts").write_text(f"127.0.0.1 localhost\n{host.address} {host.name}\n")
+    shm_size(merged)
     # root for the test harness's own looks; the sudo user for the inventory's become host
     for home, uid in ((merged / "root", 0), (merged / "home" / SUDO_USER, SUDO_UID)):
         ssh = home / ".ssh"

@@ -56,6 +56,10 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
     # The last serving host is reached as a sudo user with become, never as root: every
     # session proves the roles and verify's reads work for a fleet that forbids root SSH.
     node[clients[-1].name] |= {"ansible_user": SUDO_USER, "ansible_become": True}
+    # Several vLLM instances on the first serving host (vllm_port, vllm_port + 1, ...), all
+    # clients of its one LMCache server: the instance model end to end on CPU
+    if serving is not None and chosen.instances > 1:
+        node[clients[0].name] |= {"vllm_instances": chosen.instances}
     doc: dict[str, Any] = {"all": {
         "vars": {
             "ansible_user": "root",

@@ -2,7 +2,8 @@
 the start, so every converge of a lab session runs with the settings it was made for (no
 profile switched on half-way through a session).
 
-- serving (the default, `make lab`): lab3/lab4 run vLLM (CPU) + an LMCache server for real.
+- serving (the default, `make lab`): lab3/lab4 run vLLM (CPU) + an LMCache server for real,
+  two vLLM instances on lab3 sharing its LMCache server (vllm_instances: 2), one on lab4.
 - plain: the storage and DNS tier only; the serving hosts get units and config, nothing runs.
 - secured: serving, plus TLS on the concentrators (port 443, the site CA made by `up`),
   Consul ACLs (default deny) and gossip encryption, the tokens and key in a vault file.
@@ -31,10 +32,14 @@ class Profile:
     secured: bool
     summary: str
     monitoring: bool = False
+    # vLLM instances on the first serving host (lab3), sharing its LMCache server; the
+    # other serving host runs one
+    instances: int = 1
 
 
 PROFILES = {p.name: p for p in (
-    Profile("serving", True, False, "vLLM (CPU) + LMCache server on lab3/lab4, plain HTTP"),
+    Profile("serving", True, False, "vLLM (CPU) + LMCache server on lab3/lab4, plain HTTP; "
+            "two vLLM instances on lab3", instances=2),
     Profile("plain", False, False, "storage + DNS only; serving hosts get config, no vLLM"),
     Profile("secured", True, True, "serving + TLS (443) + Consul ACLs + gossip encryption"),
     Profile("monitoring", True, False, "serving + Prometheus on lab1 scraping every job",

@@ -56,6 +56,14 @@ def _breaker_on_gpu2(o: Any) -> None:
         r.reader_external = 0
 
 
+def _breaker_on_an_instance_host(o: Any) -> None:
+    """The same outage where gpu2 runs several instances: the ring's ends are endpoints
+    (gpu2/0), the breaker line is gpu2's own; the finding still names gpu2 and the breaker."""
+    _breaker_on_gpu2(o)
+    for r in o.remote:
+        r.writer, r.reader = (f"{e}/0" if e == "gpu2" else e for e in (r.writer, r.reader))
+
+
 def _reader_misses(o: Any) -> None:
     """gpu1 -> gpu2 misses while gpu2 -> gpu1 works: in a ring of two, either gpu1's writes
     or gpu2's reads (no third host, no breaker line to tell)."""
@@ -93,6 +101,8 @@ CACHE_CASES: list[tuple[str, Callable[[Any], None], str, str]] = [
      "lmcache-server at 2026-12-05T08:01:01+0000: \"LMCache ERROR: S3L2Adapter disabled"),
     ("lmcache-s3-breaker", _lost_upload, "gpu1", "2 lost upload(s) since vllm started"),
     ("lmcache-remote-tier", _breaker_on_gpu2, "gpu2",
+     "gpu2's LMCache turned S3 off at 2026-12-05T08:01:01+0000"),
+    ("lmcache-remote-tier", _breaker_on_an_instance_host, "gpu2",
      "gpu2's LMCache turned S3 off at 2026-12-05T08:01:01+0000"),
     ("lmcache-remote-tier", _reader_misses, "gpu1→gpu2",
      "gpu1's writes or gpu2's reads do not reach S3"),

@@ -4,7 +4,10 @@ serving probe's sections (and its script, run on this machine)."""
 from __future__ import annotations
 
 import datetime
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
@@ -239,3 +242,31 @@ def test_every_instance_of_a_host_is_read_and_judged_by_its_own_name() -> None:
     found = {f.target: f for f in service(obs)}
     assert "systemctl is-active vllm-1: failed" in found["gpu1/1"].message
     assert found["gpu1/0"].status == Status.PASS
+
+
+def test_the_sibling_is_asked_for_the_model_its_host_serves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A staged model is served by its directory's name, not the inventory's path: the
+    instance-hit request to the sibling names what the first instance answered (the lab
+    found `lab3/1` answering 404 to the path)."""
+    from deploy_kit.config.models import HostConfig
+    from deploy_kit.config.site import Host
+    from deploy_kit.verify.probes import cache_probe
+
+    c = HostConfig(vllm_accelerator="cuda", vllm_model="/srv/models/lab-llama",
+                   vllm_instances=2, lmcache_topology="server")
+    host = Host("gpu1", "192.0.2.1", frozenset({"vllm"}), c, {}, None)
+    first, second = cache_probe.endpoints(host)
+    asked: list[tuple[str, str]] = []
+
+    def request(endpoint: Host, model: str, ids: list[int]) -> tuple[Any, Any]:
+        asked.append((endpoint.name, model))
+        return SimpleNamespace(error=None, ttft_s=0.1), SimpleNamespace(external=0, local=0)
+
+    served = SimpleNamespace(health=200, models=["lab-llama"], model="lab-llama")
+    monkeypatch.setattr(cache_probe.oa, "served", lambda *a, **k: served)
+    monkeypatch.setattr(cache_probe.oa, "metrics", lambda *a, **k: {})
+    monkeypatch.setattr(cache_probe, "request_with_hits", request)
+    monkeypatch.setattr(cache_probe.time, "sleep", lambda s: None)
+    cache_probe.probe_host(first, "r", [first, second], second)
+    assert asked[-1] == ("gpu1/1", "lab-llama"), asked

@@ -228,7 +228,7 @@ def _crt(tmp_path: Path, bundle: Path, *args: str) -> dict:
 
 def test_awscrt_trusts_the_site_ca_through_the_system_bundle(
         concentrator: tuple[Path, int], tmp_path: Path) -> None:
-    """What the serving hosts rely on (roles/lmcache/tasks/tls_trust.yml): LMCache's client,
+    """What the serving hosts rely on (roles/serving/tasks/tls_trust.yml): LMCache's client,
     awscrt with its default TLS context, accepts the concentrator only once the site CA is in
     /etc/ssl/certs/ca-certificates.crt, as update-ca-certificates puts it there."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not SYSTEM_BUNDLE.exists():

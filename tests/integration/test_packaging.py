@@ -99,7 +99,7 @@ def test_collection_installs_and_its_playbook_resolves_roles_by_fqcn(dist: Path,
                                                                    "example"),
                           "deploykit.kvcache.site"], tmp_path, env, rendered)
     for role in ("ceph_rgw_pools", "ceph_rgw", "ceph_rgw_s3", "consul", "coredns", "resolver",
-                 "lmcache", "vllm"):
+                 "serving"):
         assert f"deploykit.kvcache.{role} : " in tasks, role
     doc = run([str(BIN / "ansible-doc"), "deploykit.kvcache.deploykit_ceph_pool"], tmp_path,
               env).stdout

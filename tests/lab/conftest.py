@@ -86,7 +86,7 @@ class Lab:
 
 def lab_model() -> Path:
     """The model `lab up` chose for this CPU (deploykit_lab.model: full or small), as the
-    inventory names it: the controller path the vllm role stages from."""
+    inventory names it: the controller path the serving role stages from."""
     import yaml
 
     hosts = yaml.safe_load((REPO / "inventory" / "lab" / "hosts.yml").read_text())
@@ -94,7 +94,7 @@ def lab_model() -> Path:
 
 
 def lab_model_on_host() -> str:
-    """Where the vllm role stages the lab model on a serving host (vllm_models_dir's default):
+    """Where the serving role stages the lab model on a serving host (vllm_models_dir's default):
     the name vLLM gives LMCache, so the one in every object name."""
     return f"/var/lib/vllm/models/{lab_model().name}"
 

@@ -24,17 +24,17 @@ def get(url: str, timeout: float = 3) -> int:
         return 0
 
 
-def metric(address: str, name: str) -> float:
-    with urllib.request.urlopen(f"http://{address}:8000/metrics", timeout=10) as response:
+def metric(address: str, name: str, port: int = 8000) -> float:
+    with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(name + "{") or line.startswith(name + " "))
 
 
-def complete(address: str, tokens: list[int]) -> dict:
+def complete(address: str, tokens: list[int], port: int = 8000) -> dict:
     body = json.dumps({"model": lab_model().name, "prompt": tokens, "max_tokens": 4,
                        "temperature": 0}).encode()
-    request = urllib.request.Request(f"http://{address}:8000/v1/completions", data=body,
+    request = urllib.request.Request(f"http://{address}:{port}/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as response:
         result: dict = json.loads(response.read())

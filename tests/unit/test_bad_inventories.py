@@ -389,7 +389,7 @@ CASES = [
         (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True),
         (root / "group_vars" / "all" / "shadow.yml").symlink_to("/etc/shadow")),
         "group_vars/all/shadow.yml", "(file)"),
-    # the vllm role copies a local model directory to every serving host: never `/`
+    # the serving role copies a local model directory to every serving host: never `/`
     Case("model-root-with-config-elsewhere", lambda files, root: (
         model_config(json_text('{"num_hidden_layers": 4, "num_attention_heads": 8, '
                                '"num_key_value_heads": 8, "hidden_size": 512}'))(files, root),

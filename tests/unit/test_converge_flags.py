@@ -92,12 +92,12 @@ def test_version_flag() -> None:
 def test_restart_serving_reaches_the_play_as_a_run_var(make_inventory: InventoryFactory,
                                                        tmp_path: Path) -> None:
     """After `cache purge`, `up --restart-serving` makes every running
-    LMCache forget the objects it believed in S3 (the lmcache role's heal task reads it)."""
+    LMCache forget the objects it believed in S3 (the serving role's heal task reads it)."""
     root = str(make_inventory())
     words = _printed("up", "-i", root, "--restart-serving", runs=tmp_path / "runs")
     extra = [json.loads(words[i + 1]) for i, w in enumerate(words) if w == "-e"]
     assert extra[0]["deploykit_restart_serving"] is True
     plain = _printed("up", "-i", root, runs=tmp_path / "runs2")
     assert "deploykit_restart_serving" not in json.loads(plain[plain.index("-e") + 1])
-    heal = (REPO / "roles" / "lmcache" / "tasks" / "heal.yml").read_text()
+    heal = (REPO / "roles" / "serving" / "tasks" / "heal.yml").read_text()
     assert "deploykit_restart_serving | default(false) | bool" in heal

@@ -56,7 +56,7 @@ def test_role_defaults_equal_the_python_defaults(role: Path) -> None:
 EXPRESSION_KEYS = frozenset({"when", "that", "loop", "failed_when", "changed_when", "until"})
 JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
 QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|resolver|"
+INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving|resolver|"
                    r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
@@ -109,7 +109,7 @@ def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
 
 # A value the render computed (deploy_kit/ops/rundir.py host_settings): `_<area>_<name>`
 # (one underscore; a role's own facts and registers use two).
-COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving_env|"
+COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving|"
                       r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
@@ -152,3 +152,44 @@ def test_argument_specs_name_every_computed_setting_the_role_reads(
     read = _reads(_role_documents(role), COMPUTED)
     assert read - options == set(), role.name
     assert read <= _rendered_settings_names(), sorted(read - _rendered_settings_names())
+
+
+def test_one_serving_role_keeps_the_phase_tags_of_the_three_it_replaced() -> None:
+    """roles/serving replaced serving_env, lmcache and vllm: their phase tags still select
+    tasks (docs and users' --tags name them), one handler topic restarts, and the role has
+    the roll and destroy entry points the serving and down playbooks include."""
+    from deploy_kit.ansible.tags import known_tags
+
+    role = REPO / "roles" / "serving"
+    assert not any((REPO / "roles" / old).exists() for old in ("serving_env", "lmcache", "vllm"))
+    assert {"serving_env_install", "lmcache_install", "lmcache_configure", "lmcache_service",
+            "vllm_install", "vllm_configure", "vllm_service"} <= known_tags(REPO)
+    handlers = yaml.safe_load((role / "handlers" / "main.yml").read_text())
+    assert [h["listen"] for h in handlers] == ["serving restart"]
+    tasks = "\n".join(p.read_text() for p in sorted((role / "tasks").glob("*.yml")))
+    assert set(re.findall(r"^\s+notify: (.+)$", tasks, re.M)) == {"serving restart"}
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
+    assert set(specs["argument_specs"]) == {"main", "roll", "destroy"}
+
+
+def test_the_rendered_instances_carry_what_the_serving_role_reads() -> None:
+    """The contract between the render and the role's instance loops: each _vllm_instances
+    entry has the keys the tasks read, and the tree holds the env file and unit it names."""
+    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+
+    tasks = "\n".join(p.read_text() for p in (REPO / "roles" / "serving" / "tasks").glob("*.yml"))
+    read = set(re.findall(r"\b(?:item|__serving_instance)\.([a-z_]+)", tasks))
+    read |= set(re.findall(r"__serving_gated \| map\(attribute='([a-z_]+)'\)", tasks))
+    assert read == {"unit", "port", "env_file", "unit_file"}, read
+    tree = role_tree(open_site(str(REPO / "inventory" / "example")))
+    counts = []
+    for host, files in tree.items():
+        if SETTINGS_PATH not in files:
+            continue
+        settings = json.loads(files[SETTINGS_PATH].content)
+        for instance in settings.get("_vllm_instances") or []:
+            assert read <= set(instance), (host, instance)
+            assert instance["env_file"] in files and instance["unit_file"] in files, instance
+        counts.append(len(settings.get("_vllm_instances") or []))
+    assert max(counts) > 1  # the example has hosts of several instances

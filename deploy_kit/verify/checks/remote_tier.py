@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from deploy_kit.config.instances import host_of
 from deploy_kit.verify.model import Finding, Observation, RemoteRead, S3LogEvent, Status, check
 
 HEAL_HINT = ("`deploykit up` restarts a process whose breaker tripped (rolling, health-gated); "
@@ -22,7 +23,10 @@ def _breakers(obs: Observation) -> dict[str, S3LogEvent]:
 def _suspect(r: RemoteRead, breakers: dict[str, S3LogEvent]) -> tuple[str, str]:
     """(target, why) for a pair whose reader got nothing: the journal's breaker first, then
     the third host that asked for the same prompt (rings of three or more)."""
-    for host, role in ((r.writer, "stored nothing there"), (r.reader, "never reads there")):
+    # the breaker is a host's (its LMCache server's journal), a pair's ends are endpoints
+    # (`lab3/0` on a host of several instances)
+    for end, role in ((r.writer, "stored nothing there"), (r.reader, "never reads there")):
+        host = host_of(end)
         if host in breakers:
             e = breakers[host]
             return host, (f"{host}'s LMCache turned S3 off at {e.when} ({e.unit}), so it "

@@ -36,7 +36,7 @@ def credentials(obs: Observation) -> Iterator[Finding]:
         elif p.auth_status is None:
             yield Finding("s3-credentials-valid", Status.FAIL, target,
                           f"no signed answer: {p.error or 'no credentials profile'}",
-                          "is the credentials profile deployed (lmcache role)?")
+                          "is the credentials profile deployed (serving role)?")
         elif p.auth_status == 404:
             yield Finding("s3-credentials-valid", Status.FAIL, target,
                           f"bucket {obs.bucket} does not exist", "rerun `deploykit up`")

@@ -119,7 +119,7 @@ def reachable(obs: Observation) -> Iterator[Finding]:
         elif host.lmcache_yaml is None:
             yield Finding("serving-host-reachable", Status.FAIL, host.name,
                           "no LMCache config (LMCACHE_CONFIG_FILE missing)",
-                          "rerun `deploykit up` (lmcache role)")
+                          "rerun `deploykit up` (serving role)")
         else:
             yield Finding("serving-host-reachable", Status.PASS, host.name, "config read")
 

@@ -68,7 +68,10 @@ def probe_host(host: Host, run_id: str, others: list[Host],
         result.first_external, result.second_external = hits1.external, hits2.external
         result.second_local = hits2.local
     if sibling is not None:
-        timed, hits = request_with_hits(sibling, model, ids)  # siblings serve one model
+        # the sibling serves what this instance serves (one host's model, staged once): the
+        # name this one answered, not the inventory's (a staged directory is served by its
+        # own name)
+        timed, hits = request_with_hits(sibling, model, ids)
         result.sibling = sibling.name
         result.sibling_external = hits.external if timed.error is None and hits else None
         result.sibling_error = timed.error

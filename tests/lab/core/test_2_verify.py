@@ -43,9 +43,10 @@ def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
                   "lmcache-remote-url", "vllm-connector-name",
                   "dns-resolver-points-at-coredns", "dns-client-resolution"):
         assert statuses.get(check) == "pass", (check, statuses.get(check))
-    # lab3 and lab4 serve for real (vLLM on CPU + an LMCache server): nothing is skipped
+    # lab3 (two instances) and lab4 serve for real (vLLM on CPU + an LMCache server each):
+    # nothing is skipped
     serving = [f for f in findings if f["check"] == "vllm-service"]
-    assert {f["target"] for f in serving} >= {"lab3", "lab4"}, serving
+    assert {f["target"] for f in serving} >= {"lab3/0", "lab3/1", "lab4"}, serving
     assert all(f["status"] == "pass" for f in serving), serving
     assert not [f for f in findings if f["status"] == "skip"], \
         [f for f in findings if f["status"] == "skip"]

@@ -2,7 +2,9 @@
 offline from the controller's wheelhouse and started by `up`. Both hosts serve the staged
 model; a prefix computed on lab3 is a hit on lab4, which only the shared S3 tier can answer
 (lab4 never saw the prompt, and its LMCache server's DRAM holds nothing of lab3's); a stopped
-vLLM is a verify FAIL naming its host. The rolling restart is proven by the repair converge
+vLLM is a verify FAIL naming its host. lab3 runs two vLLM instances (vllm_instances: 2, the
+lab's serving profile) on one LMCache server: verify checks each, and a prompt one computed
+is a hit on the other and on lab4. The rolling restart is proven by the repair converge
 (test_2_verify.py)."""
 
 from __future__ import annotations
@@ -56,6 +58,53 @@ def test_a_prefix_computed_on_one_host_is_a_remote_hit_on_the_other(converged: L
         time.sleep(2)
     assert hits >= 256 * 3 - 1, hits  # every full chunk (vLLM counts one token less)
     assert metric(read_on, "vllm:external_prefix_cache_queries_total") > queries
+
+
+def external_hits(address: str, tokens: list[int], port: int = 8000,
+                  want: int = 256 * 3 - 1) -> float:
+    """Send `tokens` until vLLM counts `want` tokens served from outside itself (LMCache's
+    S3 writes are asynchronous), for at most a minute; the last count."""
+    deadline = time.monotonic() + 60
+    while True:
+        before = metric(address, "vllm:external_prefix_cache_hits_total", port)
+        complete(address, tokens, port)
+        hits = metric(address, "vllm:external_prefix_cache_hits_total", port) - before
+        if hits >= want or time.monotonic() > deadline:
+            return hits
+        time.sleep(2)
+
+
+def test_two_instances_on_lab3_verify_and_share_one_cache_and_the_remote_tier(
+        converged: Lab) -> None:
+    """lab3 runs vllm.service on 8000 (lab3/0) and vllm-1.service on 8001 (lab3/1), both
+    clients of lab3's one LMCache server. verify checks each instance by name. A fresh prompt
+    (seeded by the clock) computed by lab3/0 is a hit on lab3/1, through the server they
+    share, and on lab4, which never saw it and whose own server holds nothing of lab3's: only
+    S3 can answer there, as in the cross-host test above."""
+    lab3 = SERVING["lab3"]
+    states = converged.ssh(lab3, "systemctl is-active vllm vllm-1 lmcache-server").split()
+    assert states == ["active"] * 3, states
+    assert converged.ssh(lab3, "systemctl is-enabled vllm-1").strip() == "enabled"
+    for port in (8000, 8001):
+        with urllib.request.urlopen(f"http://{lab3}:{port}/v1/models", timeout=10) as r:
+            assert [m["id"] for m in json.loads(r.read())["data"]] == [lab_model().name]
+
+    result = converged.deploykit("verify", "--inventory", "lab", "--json", check=False)
+    findings = json.loads(result.stdout)["findings"]
+    assert result.returncode == 0, [f for f in findings if f["status"] == "fail"]
+    service = {f["target"]: f["status"] for f in findings if f["check"] == "vllm-service"}
+    assert service == {"lab3/0": "pass", "lab3/1": "pass", "lab4": "pass"}, service
+
+    tokens = [random.Random(time.time_ns()).randrange(3, 259) for _ in range(256 * 3 + 5)]
+    cold_before = metric(lab3, "vllm:external_prefix_cache_hits_total", 8000)
+    complete(lab3, tokens, 8000)  # cold on lab3/0: computed, stored through lab3's server
+    assert metric(lab3, "vllm:external_prefix_cache_hits_total", 8000) == cold_before
+    # lab3/1 never computed it: every full chunk comes from the server both instances use
+    assert external_hits(lab3, tokens, 8001) >= 256 * 3 - 1
+    # lab4 never saw it either, and its server's DRAM holds nothing of lab3's: from S3
+    queries = metric(SERVING["lab4"], "vllm:external_prefix_cache_queries_total")
+    assert external_hits(SERVING["lab4"], tokens) >= 256 * 3 - 1
+    assert metric(SERVING["lab4"], "vllm:external_prefix_cache_queries_total") > queries
 
 
 def test_stopped_vllm_fails_verify_naming_the_host(converged: Lab) -> None:
