@@ -131,3 +131,15 @@ def test_doctor_sends_an_instance_miss_to_the_instance_checks() -> None:
                  for c in checks]
     assert {"lmcache-instance-hit", "accelerator-count"} <= set(suggested)
     assert not diagnose("the s3 region is wrong")[0][1].count("lmcache-instance-hit")
+
+
+def test_sites_without_instances_or_device_counts_say_so_and_skip_nothing() -> None:
+    """One vLLM per host and no device count: both instance checks inform, neither skips
+    (verify on such a site must still end with nothing skipped)."""
+    obs = healthy()
+    obs.cache = obs.cache[:2]  # gpu1, gpu2: one instance each
+    for host in obs.serving:
+        host.plan.accelerator_count = None
+    found = evaluate(obs, {"lmcache-instance-hit", "accelerator-count"})
+    assert [(f.check, f.status, f.target) for f in found] == [
+        ("lmcache-instance-hit", Status.INFO, "site"), ("accelerator-count", Status.INFO, "site")]

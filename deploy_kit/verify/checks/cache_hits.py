@@ -107,6 +107,10 @@ def external_metrics(obs: Observation) -> Iterator[Finding]:
        summary="on a host with several vLLM instances, a prompt one served is a hit on another")
 def instance_hit(obs: Observation) -> Iterator[Finding]:
     cid = "lmcache-instance-hit"
+    if obs.cache and not any(p.sibling for p in obs.cache):
+        # not skipped for want of data: no host runs two instances, say so
+        yield Finding(cid, Status.INFO, "site", "every serving host runs one vLLM instance: "
+                      "no sibling to share a host's cache with")
     for p in obs.cache:
         if p.sibling is None or not p.serving or p.error:
             continue  # one instance on the host, or lmcache-cache-hit already names why

@@ -489,10 +489,16 @@ def _same_version(found: str, pinned: str) -> bool:
        summary="a GPU host has at least the vllm_accelerator_count devices its instances use")
 def accelerator_count(obs: Observation) -> Iterator[Finding]:
     cid = "accelerator-count"
-    for host in obs.serving:
-        pattern = COUNTED_DEVICES.get(host.plan.accelerator)
+    counted = [h for h in obs.serving if h.plan.accelerator_count is not None and
+               h.plan.accelerator in COUNTED_DEVICES]
+    if not counted:
+        # not skipped for want of data: no host promises a device count, say so
+        yield Finding(cid, Status.INFO, "site", "no GPU serving host sets "
+                      "vllm_accelerator_count: one vLLM instance per host sees every device")
+    for host in counted:
+        pattern = COUNTED_DEVICES[host.plan.accelerator]
         wanted = host.plan.accelerator_count
-        if not host.reachable or pattern is None or wanted is None or host.devices is None:
+        if not host.reachable or wanted is None or host.devices is None:
             continue
         seen = [d for d in host.devices if pattern.match(d)]
         if len(seen) >= wanted:
