@@ -193,7 +193,10 @@ def host_sections(spec_descriptions: dict[str, str]) -> list[Section]:
         if limits:
             type_text += f" ({limits})"
         default = info.get_default(call_default_factory=True)
-        sections[-1].rows.append(Row(name, type_text, _value(default), description))
+        # a default a validator computes (e.g. per accelerator) says so instead of its fallback
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        shown = str(extra.get("default_text") or _value(default))
+        sections[-1].rows.append(Row(name, type_text, shown, description))
     return [section for section in sections if section.rows]
 
 

@@ -357,7 +357,8 @@ class HostConfig(BaseModel):
     # upstream's direction; inprocess on gaudi3, whose LMCache has no lmcache_driven path,
     # and in nixl mode, whose server adapter shares no keys).
     # One value for every host that shares the bucket (the two key formats differ).
-    lmcache_topology: Literal["inprocess", "server"] = "inprocess"
+    lmcache_topology: Literal["inprocess", "server"] = Field(
+        default="inprocess", json_schema_extra={"default_text": "per accelerator"})
     lmcache_server_port: int = Field(default=6555, ge=1, le=65535)  # vLLM <-> server (ZMQ)
     lmcache_server_http_port: int = Field(default=6556, ge=1, le=65535)  # health, admin
     lmcache_server_metrics_port: int = Field(default=6557, ge=1, le=65535)  # Prometheus
