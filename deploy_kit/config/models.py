@@ -337,7 +337,7 @@ class HostConfig(BaseModel):
     # bytes of NIXL's buffer with lmcache_nixl_buffer_device cuda (required there), a multiple
     # of the chunk object size; unset with cpu
     lmcache_nixl_buffer_size: int | None = Field(default=None, ge=1, le=2**42)
-    # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the lmcache
+    # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the serving
     # role adds the site CA to): Debian/Ubuntu's; RHEL family: /etc/pki/tls/certs/ca-bundle.crt
     lmcache_nixl_ca_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
     # disk mode: directory LMCache keeps chunks in (in-process: local_disk; server: its fs L2)
