@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,6 +30,10 @@ from deploy_kit.cli.options import (
 )
 from deploy_kit.config.site import Site
 from deploy_kit.console import console, stdout
+
+if TYPE_CHECKING:
+    from deploy_kit.ansible.command import RunRequest
+    from deploy_kit.render.tls import Sources
 
 
 def playbook_vars(site: Site) -> dict[str, object]:
@@ -54,11 +58,8 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
                   options: AnsibleOptions, run_vars: dict[str, object]) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
-    from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
-    from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
-    from deploy_kit.ops.rundir import write_run_tree
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.project import project_dir
 
@@ -91,12 +92,23 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         stdout().write(printable(request, {"ANSIBLE_CONFIG": str(project_dir() /
                                                                  "ansible.cfg")}) + "\n")
         return
+    with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
+        # check mode: the would-be CA and certificates live here, removed after the run
+        sources = issue_tls(site, Path(scratch) / "tls" if options.check else None) \
+            if verb == "up" else None
+        _run_rendered(verb, site, request, options, sources)
+
+
+def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
+                  tls_sources: Sources | None) -> None:
+    from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
+    from deploy_kit.ansible.runner import run_playbook as run_with_runner
+    from deploy_kit.ops.rundir import write_run_tree
+
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
-    if verb == "up":
-        issue_tls(site)
     record_dir = new_record_dir(verb)
     rendered = record_dir / "rendered"
-    write_run_tree(site, rendered)
+    write_run_tree(site, rendered, tls_sources)
     tree = record_dir / "run-vars.json"
     tree.write_text(json.dumps({"deploykit_render_dir": str(rendered)}) + "\n")
     request = replace(request, extra_vars_files=(tree, *request.extra_vars_files))
@@ -146,16 +158,30 @@ def asked_vault_password() -> Iterator[Path]:
         yield path
 
 
-def issue_tls(site: Site) -> None:
+def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
     """With deploykit_s3_tls: the CA and each concentrator certificate exist on the
     controller before any role copies them (kept when still valid, so reruns change
-    nothing). Also in check mode: only the controller's TLS directory is written."""
-    from deploy_kit.ops.tls import ensure_site_tls
+    nothing). Check mode (`scratch`): nothing is written beside the inventory; what would
+    be created or issued is made in `scratch` instead and reported, and the returned
+    sources tell the rendered tree to copy from there."""
+    from deploy_kit.ops.tls import check_site_tls, ensure_site_tls
+    from deploy_kit.render import tls
 
-    for issued in ensure_site_tls(site):
-        if issued.action == "issued":
-            console().print(f"TLS: issued the certificate of {issued.host} (valid until "
-                            f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
+    if scratch is None:
+        for issued in ensure_site_tls(site):
+            if issued.action == "issued":
+                console().print(f"TLS: issued the certificate of {issued.host} (valid until "
+                                f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
+        return None
+    would, sources = check_site_tls(site, scratch)
+    tls_dir = tls.tls_dir(site.root, site.settings)
+    for issued in would:
+        if issued.action == "would create":
+            console().print(f"TLS (check mode): would create the site CA {issued.path}")
+        elif issued.action == "would issue":
+            console().print(f"TLS (check mode): would issue the certificate of "
+                            f"{issued.host} in {tls_dir}")
+    return sources
 
 
 def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,

@@ -10,6 +10,8 @@ import typer
 from deploy_kit.cli.options import InventoryOpt, VaultOpt
 from deploy_kit.console import console, data_console, stdout
 
+CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be TLS material
+
 
 def plan(inventory: InventoryOpt,
          as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
@@ -37,7 +39,10 @@ def render(inventory: InventoryOpt,
            out: Annotated[Path, typer.Option("--out", "-o", help="output directory")],
            vault_password_file: VaultOpt = None,
            for_roles: Annotated[bool, typer.Option(
-               "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False
+               "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False,
+           check: Annotated[bool, typer.Option(
+               "--check", hidden=True, help="with --for-roles, for a check-mode run: write "
+                                            "no CA or certificate beside the inventory")] = False
            ) -> None:
     """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster)."""
     from deploy_kit.config.open import open_site
@@ -49,11 +54,14 @@ def render(inventory: InventoryOpt,
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
     site = open_site(inventory, vault_password_file)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
+    sources = None
     if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
         from deploy_kit.cli.converge_cmds import issue_tls
 
-        issue_tls(site)
-    tree = role_tree(site) if for_roles else with_settings(site, render_site(site))
+        # check mode: the would-be material goes beside the tree (the play's private
+        # temporary directory), never beside the inventory
+        sources = issue_tls(site, out / CHECK_TLS_DIR if check else None)
+    tree = role_tree(site, sources) if for_roles else with_settings(site, render_site(site))
     count = write_tree(tree, out)
     console().print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
     if site.secrets_locked and not for_roles:

@@ -205,16 +205,18 @@ def _json(data: Any) -> RenderedFile:
     return RenderedFile(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | None = None) -> Tree:
+def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | None = None,
+                  tls_sources: tls.Sources | None = None) -> Tree:
     """Add each host's settings and the site facts to a rendered tree (every_path: each
-    host's rendered paths, secret files included, which its converge record watches)."""
+    host's rendered paths, secret files included, which its converge record watches;
+    tls_sources: where a check-mode run's would-be TLS material is)."""
     for name, host in site.hosts.items():
         paths = sorted(path for path, f in tree[name].items() if not f.secret)
         settings = host_settings(host, paths)
         # what the host's converge record watches (roles/deploykit_common converged_*)
         settings["_deploykit_converged"] = converged.watch(
             host, (every_path or {}).get(name, paths))
-        tls_paths = tls.issued_paths(site.root, host)
+        tls_paths = tls.issued_paths(site.root, host, tls_sources)
         if tls_paths is not None:  # controller paths of the issued material (no key inside)
             settings["_deploykit_tls_ca_cert_src"] = tls_paths["ca_cert"]
             if "host_pem" in tls_paths:
@@ -225,14 +227,15 @@ def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | Non
     return tree
 
 
-def role_tree(site: Site) -> Tree:
+def role_tree(site: Site, tls_sources: tls.Sources | None = None) -> Tree:
     """What a run hands the playbooks: the rendered site without its secret files."""
     full = render_site(site)
     tree = {host: {path: f for path, f in files.items() if not f.secret}
             for host, files in full.items()}
-    return with_settings(site, tree, {host: sorted(files) for host, files in full.items()})
+    return with_settings(site, tree, {host: sorted(files) for host, files in full.items()},
+                         tls_sources)
 
 
-def write_run_tree(site: Site, out: Path) -> int:
+def write_run_tree(site: Site, out: Path, tls_sources: tls.Sources | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    return write_tree(role_tree(site), out)
+    return write_tree(role_tree(site, tls_sources), out)

@@ -40,6 +40,7 @@ SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519Pr
                 ed448.Ed448PrivateKey)
 
 CA_DAYS = 3650
+SITE_CA = "(site CA)"  # the Issued.host of a CA check mode would create
 
 
 class TlsError(DeployKitError):
@@ -53,7 +54,7 @@ class Issued:
     host: str
     path: Path
     not_after: datetime.datetime
-    action: str  # issued | kept
+    action: str  # issued | kept; check mode: would issue | would create (the CA)
 
 
 def _now() -> datetime.datetime:
@@ -319,8 +320,42 @@ def ensure_site_tls(site: Site) -> list[Issued]:
     if not s.deploykit_s3_tls:
         return []
     ca = ensure_ca(site)
-    out: list[Issued] = []
     _private_dir(names.tls_dir(site.root, s))
+    return _host_certs(site, ca, names.tls_dir(site.root, s), "issued")
+
+
+def check_site_tls(site: Site, scratch: Path) -> tuple[list[Issued], names.Sources | None]:
+    """Check mode: what `ensure_site_tls` would do, writing nothing beside the inventory.
+    The CA and every certificate that still fits are used where they are; a CA still to
+    create and each certificate still to issue are made in `scratch` (a private directory
+    the caller removes after the run), so the roles have a file to compare and the run
+    reports the change. Returns the would-be actions and where the roles copy from."""
+    s = site.settings
+    if not s.deploykit_s3_tls:
+        return [], None
+    cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
+    _private_dir(scratch)
+    out: list[Issued] = []
+    if s.deploykit_tls_ca_cert is None and not cert_path.exists():
+        cert_pem, key_pem = create_ca(site.name, constraints=name_constraints(
+            s.deploykit_s3_fqdn, s.ceph_rgw_networks))
+        would_be = cert_path
+        cert_path, key_path = scratch / names.CA_CERT, scratch / names.CA_KEY
+        _write_private(key_path, key_pem)
+        cert_path.write_bytes(cert_pem)
+        ca = load_ca(cert_path, key_path)
+        out.append(Issued(SITE_CA, would_be, ca.cert.not_valid_after_utc, "would create"))
+    else:
+        ca = load_ca(cert_path, key_path)
+    out += _host_certs(site, ca, scratch, "would issue")
+    pems = {i.host: i.path for i in out if i.host != SITE_CA}
+    return out, names.Sources(cert_path, pems)
+
+
+def _host_certs(site: Site, ca: CA, write_dir: Path, action: str) -> list[Issued]:
+    """Keep each RGW host's certificate that still fits; issue the others into write_dir."""
+    s = site.settings
+    out: list[Issued] = []
     for host in sorted(site.group("rgw"), key=lambda h: h.name):
         path = names.host_pem_path(site.root, s, host.name)
         dns, ips = names.dns_names(host.config), names.ip_names(host)
@@ -329,6 +364,7 @@ def ensure_site_tls(site: Site) -> list[Issued]:
             out.append(Issued(host.name, path, current.not_valid_after_utc, "kept"))
             continue
         pem, cert = host_pem(ca, host, s.deploykit_tls_cert_days)
-        _write_private(path, pem)
-        out.append(Issued(host.name, path, cert.not_valid_after_utc, "issued"))
+        target = write_dir / path.name
+        _write_private(target, pem)
+        out.append(Issued(host.name, target, cert.not_valid_after_utc, action))
     return out

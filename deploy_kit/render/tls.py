@@ -10,6 +10,7 @@ these paths (settings.json `_deploykit_tls_ca_cert_src`, `_ceph_rgw_tls_pem_src`
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +69,24 @@ def ip_names(host: Host) -> list[str]:
         return []
 
 
-def issued_paths(root: Path, host: Host) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Sources:
+    """Where the roles copy the CA and the host certificates from when it is not the TLS
+    directory: a check-mode run's would-be material in a private scratch directory."""
+
+    ca_cert: Path
+    host_pems: dict[str, Path]
+
+
+def issued_paths(root: Path, host: Host, sources: Sources | None = None) -> dict[str, Any] | None:
     """A host's TLS material on the controller (None with TLS off): what the roles copy from
     (settings.json carries these paths, never the material), and where they install it."""
     c = host.config
     if not c.deploykit_s3_tls:
         return None
-    out: dict[str, Any] = {"ca_cert": str(ca_cert_path(root, c)),
-                           "haproxy_pem_path": HAPROXY_PEM_PATH}
+    ca = sources.ca_cert if sources else ca_cert_path(root, c)
+    out: dict[str, Any] = {"ca_cert": str(ca), "haproxy_pem_path": HAPROXY_PEM_PATH}
     if "rgw" in host.groups:
-        out["host_pem"] = str(host_pem_path(root, c, host.name))
+        pem = sources.host_pems.get(host.name) if sources else None
+        out["host_pem"] = str(pem or host_pem_path(root, c, host.name))
     return out
