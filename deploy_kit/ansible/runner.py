@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -20,7 +22,7 @@ from rich.table import Table
 from deploy_kit.ansible import progress
 from deploy_kit.ansible.command import RunRequest, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
-from deploy_kit.core.errors import AnsibleFailed, HostsUnreachable
+from deploy_kit.core.errors import AnsibleFailed, EnvironmentProblem, HostsUnreachable
 from deploy_kit.project import project_dir, runs_root
 
 SUMMARY_SCHEMA = 1
@@ -30,12 +32,61 @@ def runs_dir() -> Path:
     return runs_root()
 
 
+RUNS_KEEP = 50  # run records kept by default (DEPLOYKIT_RUNS_KEEP; 0 keeps every one)
+# the names deploykit gives run records: nothing else under runs/ is ever pruned
+RECORD_NAME = re.compile(r"\d{8}T\d{6}\.\d{6}Z-[a-z][a-z-]*")
+RECORD_FILES = ("summary.json", "run-vars.json", "ansible.log")  # one is in every record
+UNFINISHED_AGE_S = 24 * 3600  # a record without summary.json this young may still be running
+
+
 def new_record_dir(verb: str) -> Path:
-    """runs/<time>-<verb>/, private to root: it holds the rendered site of this run."""
+    """runs/<time>-<verb>/, private to root: it holds the rendered site of this run. The
+    oldest records beyond DEPLOYKIT_RUNS_KEEP are removed (prune_records)."""
+    keep = runs_keep()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     record_dir = runs_dir() / f"{stamp}-{verb}"
     record_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    prune_records(runs_dir(), keep, record_dir)
     return record_dir
+
+
+def runs_keep() -> int:
+    value = os.environ.get("DEPLOYKIT_RUNS_KEEP", "").strip()
+    if not value:
+        return RUNS_KEEP
+    if not value.isdigit():
+        raise EnvironmentProblem(f"DEPLOYKIT_RUNS_KEEP={value!r} is not a whole number",
+                                 hint="set it to how many run records to keep (0: all)")
+    return int(value)
+
+
+def prune_records(root: Path, keep: int, current: Path) -> list[Path]:
+    """Remove all but the newest `keep` run records under `root` (0: remove none) and
+    return what went. Only directories named and filled as deploykit writes them count;
+    `current` stays, and so does a record without summary.json younger than a day (a run
+    still going in another process). Best effort: what cannot be removed stays."""
+    if keep <= 0 or not root.is_dir():
+        return []
+    others = sorted((p for p in root.iterdir() if p != current and _is_record(p)),
+                    key=lambda p: p.name)  # <time>-<verb>: the name sorts by time
+    now = time.time()
+    removed = []
+    for path in others[:max(len(others) - (keep - 1), 0)]:  # the current record is one kept
+        if not (path / "summary.json").is_file() and \
+                now - path.lstat().st_mtime < UNFINISHED_AGE_S:
+            continue
+        try:
+            shutil.rmtree(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _is_record(path: Path) -> bool:
+    if not RECORD_NAME.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
+        return False
+    return any((path / name).is_file() for name in RECORD_FILES)
 
 
 def ansible_env() -> dict[str, str]:
