@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from deploy_kit.cli.options import InventoryOpt, VaultOpt
 from deploy_kit.console import console, data_console, stdout
+
+if TYPE_CHECKING:
+    from deploy_kit.render.tls import Sources
 
 CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be TLS material
 
@@ -44,29 +48,52 @@ def render(inventory: InventoryOpt,
                "--check", hidden=True, help="with --for-roles, for a check-mode run: write "
                                             "no CA or certificate beside the inventory")] = False
            ) -> None:
-    """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster)."""
+    """Write every file each host would receive to OUT/<host>/<path> (+ OUT/_cluster).
+    OUT is replaced whole: a new or empty directory, or one an earlier render wrote."""
+    import shutil
+    import tempfile
+
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.outdir import check_replaceable, replace_tree
     from deploy_kit.ops.rundir import role_tree, with_settings
     from deploy_kit.ops.tls import refuse_bad_ca
-    from deploy_kit.render.files import render_site, write_tree
+    from deploy_kit.render.files import render_site
 
-    if out.exists() and not out.is_dir():
-        raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
+    out = Path(os.path.abspath(out))
+    check_replaceable(out)  # before anything is read or issued
     site = open_site(inventory, vault_password_file)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
-    sources = None
-    if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
-        from deploy_kit.cli.converge_cmds import issue_tls
+    with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
+        sources = None
+        if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
+            from deploy_kit.cli.converge_cmds import issue_tls
 
-        # check mode: the would-be material goes beside the tree (the play's private
-        # temporary directory), never beside the inventory
-        sources = issue_tls(site, out / CHECK_TLS_DIR if check else None)
-    tree = role_tree(site, sources) if for_roles else with_settings(site, render_site(site))
-    count = write_tree(tree, out)
+            # check mode: the would-be material goes beside the tree (the play's private
+            # temporary directory), never beside the inventory
+            sources = issue_tls(site, Path(scratch) / "tls" if check else None)
+            if sources is not None:
+                sources = _moved(sources, Path(scratch) / "tls", out / CHECK_TLS_DIR)
+        tree = role_tree(site, sources) if for_roles else with_settings(site, render_site(site))
+
+        def add_check_tls(tmp: Path) -> None:
+            if sources is not None:
+                shutil.copytree(Path(scratch) / "tls", tmp / CHECK_TLS_DIR)
+
+        count = replace_tree(tree, out, add_check_tls)
     console().print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
     if site.secrets_locked and not for_roles:
         console().print("[yellow]note:[/] vault is encrypted and no password was given: "
                         "credentials files hold <vault:…> markers")
+
+
+def _moved(sources: Sources, scratch: Path, target: Path) -> Sources:
+    """The same sources with what lies in `scratch` named at `target` (where it is copied)."""
+    from deploy_kit.render.tls import Sources
+
+    def at(path: Path) -> Path:
+        return target / path.relative_to(scratch) if path.is_relative_to(scratch) else path
+
+    return Sources(at(sources.ca_cert), {h: at(p) for h, p in sources.host_pems.items()})
 
 
 def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:

@@ -22,26 +22,39 @@ def run(*args: str) -> Result:
     return run_cli(*args, cwd=REPO)
 
 
-def test_render_refuses_a_symlinked_directory_in_out(tmp_path: Path) -> None:
+@pytest.mark.parametrize("marked", [False, True])
+def test_render_never_writes_through_a_symlinked_directory_in_out(
+        tmp_path: Path, marked: bool) -> None:
+    """OUT not written by deploykit is refused whole; one it wrote is replaced whole: its
+    symlink is removed with it, never followed."""
     out, outside = tmp_path / "out", tmp_path / "outside"
     (out / "gpu-h100-1").mkdir(parents=True)
+    if marked:
+        (out / ".deploykit-render").write_text("")
     outside.mkdir()
     (out / "gpu-h100-1" / "etc").symlink_to(outside)
     result = run("render", "-i", "example", "-o", str(out))
-    assert result.returncode == 2, result.stderr
-    assert "is not a plain directory" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == (0 if marked else 2), result.stderr
+    assert ("not written by deploykit render" in result.stderr) is not marked
+    assert "Traceback" not in result.stderr
     assert list(outside.iterdir()) == []
+    assert (out / "gpu-h100-1" / "etc").is_symlink() is not marked
 
 
-def test_render_refuses_a_symlinked_file_in_out(tmp_path: Path) -> None:
+@pytest.mark.parametrize("marked", [False, True])
+def test_render_never_writes_through_a_symlinked_file_in_out(
+        tmp_path: Path, marked: bool) -> None:
     out, victim = tmp_path / "out", tmp_path / "victim"
     victim.write_text("keep me\n")
     target = out / "_cluster" / "s3" / "lifecycle.json"
     target.parent.mkdir(parents=True)
+    if marked:
+        (out / ".deploykit-render").write_text("")
     target.symlink_to(victim)
     result = run("render", "-i", "example", "-o", str(out))
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == (0 if marked else 2), result.stderr
     assert victim.read_text() == "keep me\n"
+    assert target.is_symlink() is not marked
 
 
 def test_render_refuses_a_fifo_in_out_without_blocking(tmp_path: Path) -> None:
