@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -20,7 +20,10 @@ from deploy_kit.console import ReaderGone, console, stdout
 from deploy_kit.core.errors import DeployKitError, InventoryError
 from deploy_kit.core.exit_codes import ExitCode
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+# Plain (Click) help, not rich panels: it wraps at the terminal's width and never cuts a
+# word, so `deploykit up --help | less` and a CI log read the same as a terminal.
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_completion=True,
+                  rich_markup_mode=None,
                   help="Provision and verify a shared KV-cache tier: Ceph RGW (S3), "
                        "Consul + CoreDNS, vLLM + LMCache.\n\nExit codes: 0 ok, 1 internal "
                        "error, 2 usage, 3 invalid inventory, 4 Ansible task failed, 5 hosts "
@@ -51,8 +54,61 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _options(show_version: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_print_version,
-        help="print deploykit's version and exit")] = False) -> None:
+        help="print deploykit's version and exit")] = False,
+        debug: Annotated[bool, typer.Option(
+            "--debug", help="on an error, also print the traceback (anywhere on the "
+                            "command line: `deploykit up --debug` works too)")] = False
+        ) -> None:
     """Provision and verify a shared KV-cache tier."""
+    # main() takes --debug out of argv before Click sees it: this option is its help line
+
+
+def command() -> Any:
+    """The Click command tree, its help made plain for every verb (plugins' too):
+    - each command's one-line summary is its docstring's first sentence in full (Click
+      would cut it to the width left beside the command names);
+    - a value without a metavar shows its name (LIMIT), never typer's `<list[str]>`;
+    - a range reads `[at least 1]`, `[3 to 8]`, not `<int range> [x>=1]`."""
+    from typer._click.utils import make_default_short_help
+    from typer.core import TyperArgument
+
+    root = typer.main.get_command(app)
+    todo = [root]
+    while todo:
+        cmd = todo.pop()
+        if cmd.short_help is None and cmd.help:
+            cmd.short_help = make_default_short_help(cmd.help, max_length=1 << 16)
+        for param in cmd.params:
+            if isinstance(param, TyperArgument):  # its name is its metavar: no `<str>` after
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            elif param.metavar is None and not getattr(param, "is_flag", False):
+                param.metavar = (param.name or "value").upper()
+            low, high = getattr(param, "min", None), getattr(param, "max", None)
+            if (low, high) != (None, None) and not (getattr(param, "count", False)
+                                                    and (low, high) == (0, None)):
+                words = _range_words(low, high)
+                param._get_number_range_help_str = (  # type: ignore[attr-defined]
+                    lambda words=words: words)
+        todo += list(getattr(cmd, "commands", {}).values())
+    return root
+
+
+def _range_words(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f"{low:g} to {high:g}"
+    return f"at least {low:g}" if low is not None else f"at most {high:g}"
+
+
+def help_width() -> int | None:
+    """The width help is wrapped at: COLUMNS or the terminal's (Click's own reading, None),
+    or, into a pipe or a file, none at all (Click would wrap at 80 columns)."""
+    if os.environ.get("COLUMNS", "").strip().isdigit():
+        return None
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return None if tty else 1 << 16
 
 
 def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
@@ -86,7 +142,8 @@ def _reader_gone(env: Environment) -> int:
 def _run(args: list[str], debug: bool, env: Environment) -> int:
     """The app, with every exception turned into its documented exit code."""
     try:
-        rc = app(args=args, standalone_mode=False)
+        rc = command().main(args=args, standalone_mode=False, prog_name="deploykit",
+                            terminal_width=help_width())
         # typer.Exit(code) comes back as the return value
         return rc if isinstance(rc, int) else ExitCode.OK
     except InventoryError as exc:

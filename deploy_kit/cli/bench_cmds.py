@@ -27,12 +27,14 @@ def require_bench_extra(*modules: str) -> None:
 
 @bench_app.command("storage")
 def bench_storage(inventory: InventoryOpt,
-                  threads: Annotated[str, typer.Option(help="thread sweep")] = "1,4,8",
-                  objects: Annotated[int, typer.Option(help="objects per step")] = 8,
-                  out: Annotated[Path, typer.Option(help="JSON + PNG here")] = Path(
-                      "runs/bench-storage"),
+                  threads: Annotated[str, typer.Option(
+                      metavar="LIST", help="thread sweep, e.g. 1,4,8")] = "1,4,8",
+                  objects: Annotated[int, typer.Option(
+                      metavar="N", help="objects per step")] = 8,
+                  out: Annotated[Path, typer.Option(
+                      metavar="DIR", help="JSON + PNG here")] = Path("runs/bench-storage"),
                   object_mib: Annotated[float | None, typer.Option(
-                      min=0.001, max=4096,
+                      min=0.001, max=4096, metavar="MIB",
                       help="object size instead of the plan's per-rank chunk object (e.g. "
                            "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
                   vault_password_file: VaultOpt = None) -> None:
@@ -53,14 +55,17 @@ def bench_storage(inventory: InventoryOpt,
 @bench_app.command("ttft")
 def bench_ttft(inventory: InventoryOpt,
                lengths: Annotated[str | None, typer.Option(
+                   metavar="LIST",
                    help="context lengths in tokens, e.g. 1024,2048,4096 (default: 1K–8K on "
                         "`cpu` hosts, 4K–128K otherwise, capped by max_model_len)")] = None,
-               repeats: Annotated[int, typer.Option(min=1, help="fresh prompts per length")] = 1,
-               max_tokens: Annotated[int, typer.Option(min=2, help="tokens generated per "
-                                                       "request (TPOT)")] = 16,
-               out: Annotated[Path, typer.Option(help="ttft.json + ttft.png here")] = Path(
-                   "runs/bench-ttft"),
+               repeats: Annotated[int, typer.Option(
+                   min=1, metavar="N", help="fresh prompts per length")] = 1,
+               max_tokens: Annotated[int, typer.Option(
+                   min=2, metavar="N", help="tokens generated per request (TPOT)")] = 16,
+               out: Annotated[Path, typer.Option(
+                   metavar="DIR", help="ttft.json + ttft.png here")] = Path("runs/bench-ttft"),
                allow_single_host: Annotated[bool, typer.Option(
+                   "--allow-single-host",
                    help="run with one serving host (no remote_hit_other_host rows)")] = False,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "

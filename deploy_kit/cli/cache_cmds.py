@@ -16,7 +16,7 @@ cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the b
 
 @cache_app.command("stats")
 def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
-                as_json: Annotated[bool, typer.Option("--json")] = False,
+                as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
                 vault_password_file: VaultOpt = None) -> None:
     """Count, bytes and age of cache objects per model / TP×PP / dtype."""
     from deploy_kit.cache.keys import aggregate
@@ -55,7 +55,8 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
 
 @cache_app.command("purge")
 def cache_purge(inventory: InventoryOpt,
-                model: Annotated[str, typer.Option("--model", help="model string as served")],
+                model: Annotated[str, typer.Option("--model", metavar="MODEL",
+                                                         help="model string as served")],
                 yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
                 vault_password_file: VaultOpt = None) -> None:
     """Delete every cache object of one model (e.g. between TTFT runs)."""

@@ -8,30 +8,37 @@ from typing import Annotated
 
 import typer
 
-InventoryOpt = Annotated[str, typer.Option("--inventory", "-i",
+InventoryOpt = Annotated[str, typer.Option("--inventory", "-i", metavar="SITE",
                                            help="inventory name (inventory/<name>) or path")]
 # Ansible's own variable, so CI that already sets it for ansible-playbook needs nothing else.
-VaultOpt = Annotated[Path | None, typer.Option("--vault-password-file",
+VaultOpt = Annotated[Path | None, typer.Option("--vault-password-file", metavar="FILE",
                                                envvar="ANSIBLE_VAULT_PASSWORD_FILE",
                                                help="decrypt group_vars vault files")]
-LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern")]
-TagsOpt = Annotated[list[str] | None, typer.Option("--tags", "-t", help="only these tags")]
-SkipOpt = Annotated[list[str] | None, typer.Option("--skip-tags", help="skip these tags")]
+LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", metavar="PATTERN",
+                                                     help="Ansible host pattern")]
+TagsOpt = Annotated[list[str] | None, typer.Option("--tags", "-t", metavar="TAG",
+                                                        help="only these tags (TAG,TAG or "
+                                                             "repeated)")]
+SkipOpt = Annotated[list[str] | None, typer.Option("--skip-tags", metavar="TAG",
+                                                        help="skip these tags")]
 CheckOpt = Annotated[bool, typer.Option("--check", "-C", help="change nothing, report")]
 DiffOpt = Annotated[bool, typer.Option("--diff", "-D", help="show file differences")]
 ExtraOpt = Annotated[list[str] | None, typer.Option(
-    "--extra-vars", "-e", help="as ansible-playbook: key=value pairs, a YAML/JSON mapping, or "
-                               "@file; deploykit settings are refused (set them in the inventory)")]
+    "--extra-vars", "-e", metavar="VARS",
+    help="as ansible-playbook: key=value pairs, a YAML/JSON mapping, or @file; deploykit "
+         "settings are refused (set them in the inventory)")]
 BecomeOpt = Annotated[bool, typer.Option("--become", "-b",
                                          help="run tasks with become (sudo) on every host")]
-ForksOpt = Annotated[int | None, typer.Option("--forks", "-f", min=1,
+ForksOpt = Annotated[int | None, typer.Option("--forks", "-f", min=1, metavar="N",
                                               help="hosts Ansible works on at once")]
 AskVaultOpt = Annotated[bool, typer.Option("--ask-vault-pass", "-J",
                                            help="ask for the vault password")]
 PrintOpt = Annotated[bool, typer.Option("--print-command",
                                         help="print the ansible-playbook command and stop")]
-VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True)]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="model string as served")]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, show_default=False,
+                                         help="show Ansible's own output (-vvv: more)")]
+ModelOpt = Annotated[str | None, typer.Option("--model", metavar="MODEL",
+                                              help="model string as served")]
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def plan(inventory: InventoryOpt,
 
 
 def render(inventory: InventoryOpt,
-           out: Annotated[Path, typer.Option("--out", "-o", help="output directory")],
+           out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
+                                                      help="output directory")],
            vault_password_file: VaultOpt = None,
            for_roles: Annotated[bool, typer.Option(
                "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False,
@@ -107,10 +108,13 @@ def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> N
 
 
 def wheelhouse(inventory: InventoryOpt,
-               out: Annotated[Path, typer.Option("--out", "-o", help="where the wheelhouses go"
-                                                 )] = Path("wheelhouse"),
-               python: Annotated[str, typer.Option(help="the serving hosts' python3")] = "3.11",
-               glibc: Annotated[str, typer.Option(help="the serving hosts' glibc")] = "2.36",
+               out: Annotated[Path, typer.Option(
+                   "--out", "-o", metavar="DIR", help="where the wheelhouses go")] = Path(
+                   "wheelhouse"),
+               python: Annotated[str, typer.Option(metavar="VERSION",
+                                                help="the serving hosts' python3")] = "3.11",
+               glibc: Annotated[str, typer.Option(metavar="VERSION",
+                                               help="the serving hosts' glibc")] = "2.36",
                vault_password_file: VaultOpt = None) -> None:
     """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.

@@ -86,33 +86,76 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
                            hint="is the site deployed, and are its hosts in this inventory?")
 
 
+def _list_checks(value: bool) -> None:
+    """--list-checks: every check id, its area (tags), severity and summary; exit 0."""
+    if not value:
+        return
+    import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+    from deploy_kit.verify.model import CHECKS
+
+    width = max(len(c) for c in CHECKS)
+    areas = {c.id: ",".join(c.tags) for c in CHECKS.values()}
+    area_width = max(len(a) for a in areas.values())
+    out = stdout()
+    for c in sorted(CHECKS.values(), key=lambda c: (c.tags[0], c.id)):
+        severity = " (warning)" if c.severity == "warning" else ""
+        out.write(f"{c.id:<{width}}  {areas[c.id]:<{area_width}}  {c.summary}{severity}\n")
+    raise typer.Exit(0)
+
+
+def _list_symptoms(value: bool) -> None:
+    """doctor --list: every symptom doctor recognises, what it means and the checks it
+    runs; exit 0."""
+    if not value:
+        return
+    from deploy_kit.verify.doctor import SYMPTOMS
+
+    out = stdout()
+    for pattern, why, checks in SYMPTOMS:
+        out.write(f"{why}\n  matches: {pattern}\n  checks:  {', '.join(checks)}\n")
+    raise typer.Exit(0)
+
+
+ListChecksOpt = Annotated[bool, typer.Option(
+    "--list-checks", is_eager=True, callback=_list_checks,
+    help="list every check id with its area and summary, and exit")]
+
+
 def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
            check: Annotated[list[str] | None, typer.Option(
-               "--check", help="only these check ids")] = None,
+               "--check", metavar="ID", help="only this check (repeat for several; "
+                                              "--list-checks lists them)")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
-           junit: Annotated[Path | None, typer.Option("--junit", help="JUnit XML file")] = None,
+           junit: Annotated[Path | None, typer.Option("--junit", metavar="FILE",
+                                                               help="JUnit XML file")] = None,
            verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show passes")] = False,
            limit: LimitOpt = None,
            roundtrip: Annotated[bool, typer.Option(
                "--roundtrip", help="store a KV chunk with LMCache on one serving host and "
                                    "read it on another")] = False,
            roundtrip_store: Annotated[RoundTripStore | None, typer.Option(
-               "--roundtrip-store", help="round trip through this store with each host's "
-                                         "settings instead of the one it runs (nixl: "
-                                         "NIXL's OBJ plugin; needs lmcache[nixl] there)")
+               "--roundtrip-store", metavar="[s3|nixl]",
+               help="round trip through this store with each host's settings instead of "
+                    "the one it runs (nixl: NIXL's OBJ plugin; needs lmcache[nixl] there)")
            ] = None,
            storage_result: Annotated[Path, typer.Option(
-               "--storage-result", help="the `bench storage` result the break-even check "
-                                        "compares with")] = Path(
-               "runs/bench-storage/storage.json")) -> None:
+               "--storage-result", metavar="FILE",
+               help="the `bench storage` result the break-even check compares with")] = Path(
+               "runs/bench-storage/storage.json"),
+           list_checks: ListChecksOpt = False) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
     _verify(inventory, vault_password_file, check, as_json, junit,
             verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
             storage_result)
 
 
-def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom")],
-           inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
+                                                           help="an error text or symptom")],
+           inventory: InventoryOpt, vault_password_file: VaultOpt = None,
+           list_symptoms: Annotated[bool, typer.Option(
+               "--list", is_eager=True, callback=_list_symptoms,
+               help="list every symptom doctor knows and the checks it runs, and "
+                    "exit")] = False) -> None:
     """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose

@@ -30,7 +30,8 @@ def _chosen(name: str, serving: bool) -> Profile:
 
 
 @lab_app.command("up")
-def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8)] = 4,
+def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8, metavar="N",
+                                                     help="lab hosts to make")] = 4,
            profile_name: ProfileOpt = DEFAULT,
            serving: Annotated[bool, typer.Option(
                "--serving/--no-serving", help="--no-serving is --profile plain")] = True,
@@ -70,7 +71,8 @@ def lab_down() -> None:
 
 
 @lab_app.command("status")
-def lab_status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def lab_status(as_json: Annotated[bool, typer.Option(
+        "--json", help="JSON on stdout")] = False) -> None:
     """Exit 0 when the lab is up, 7 when it is not."""
     from deploykit_lab import lab
 

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_error_text_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> 
     def fail(*_: object, **__: object) -> None:
         raise DeployKitError("cannot read /srv/x[/]y/[bold]z.json", hint="see /srv/[red]x[/]")
 
-    monkeypatch.setattr(cli_app, "app", fail)
+    monkeypatch.setattr(cli_app, "command", lambda: SimpleNamespace(main=fail))
     result = run_cli("validate", "-i", "whatever")
     assert result.returncode == DeployKitError("x").exit_code
     assert "cannot read /srv/x[/]y/[bold]z.json" in result.stderr
@@ -134,7 +135,7 @@ def test_error_text_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> 
     def crash(*_: object, **__: object) -> None:
         raise RuntimeError("bad [/] markup")
 
-    monkeypatch.setattr(cli_app, "app", crash)
+    monkeypatch.setattr(cli_app, "command", lambda: SimpleNamespace(main=crash))
     result = run_cli("validate")
     assert result.returncode == 1 and "RuntimeError: bad [/] markup" in result.stderr
 
