@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DK     := $(BIN)/deploykit
 
-.PHONY: install test test-lab unit lint golden docs lab lab-down bench clean plan-example dist ee-context \
+.PHONY: install test test-lab unit lint golden docs lab lab-down bench clean plan-example dist ee-context set-version \
         lab-prefetch-background
 
 install: $(DK)
@@ -67,13 +67,19 @@ bench: install
 
 ## The wheel (roles, playbooks, templates inside) and the Ansible collection, in dist/.
 dist: install
+	$(BIN)/python tools/version.py --check
 	rm -rf dist && $(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
 	$(BIN)/ansible-galaxy collection build --force --output-path dist .
 
 ## The build context for an AWX/AAP execution environment (then: ansible-builder build).
 ee-context: dist
+	$(BIN)/python tools/version.py --check-dist dist
 	$(BIN)/ansible-builder create -f execution-environment.yml --context context \
 	  --output-filename Containerfile
+
+## A new version: pyproject.toml, then every copy (galaxy.yml, __version__, meta/requirements.txt).
+set-version:
+	$(BIN)/python tools/version.py --set $(VERSION)
 
 plan-example: install
 	$(DK) plan -i example

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
-VERSION = "0.1.0"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None,
@@ -115,8 +116,39 @@ def test_execution_environment_context_is_complete(dist: Path, tmp_path: Path) -
     run([str(BIN / "ansible-builder"), "create", "-f", "execution-environment.yml",
          "--context", str(work / "context"), "--output-filename", "Containerfile"], work)
     containerfile = (work / "context" / "Containerfile").read_text()
-    assert f"deploykit-{VERSION}-py3-none-any.whl" in containerfile
+    # no version spelt in the definition: what dist/ holds is installed
+    assert "pip install --no-cache-dir /tmp/deploykit/deploykit-*-py3-none-any.whl" in \
+        containerfile
     assert "ansible-galaxy collection install" in containerfile
     staged = work / "context" / "_build" / "deploykit"
     assert (staged / f"deploykit-{VERSION}-py3-none-any.whl").is_file()
     assert (staged / f"deploykit-kvcache-{VERSION}.tar.gz").is_file()
+    # the base image is one exact build, never a moving tag
+    base = next(line for line in containerfile.splitlines() if line.startswith("ARG EE_BASE_IMAGE"))
+    assert "ubi9/python-311:" in base and not base.rstrip('"').endswith((":latest", ":9"))
+    # what make ee-context checks before ansible-builder runs
+    assert run([sys.executable, str(REPO / "tools" / "version.py"), "--check-dist",
+                str(work / "dist")], REPO).returncode == 0
+    (work / "dist" / "deploykit-0.0.1-py3-none-any.whl").write_text("")
+    stale = subprocess.run([sys.executable, str(REPO / "tools" / "version.py"), "--check-dist",
+                            str(work / "dist")], capture_output=True, text=True, timeout=60)
+    assert stale.returncode == 1 and "deploykit-0.0.1-py3-none-any.whl" in stale.stderr
+
+
+def test_another_ee_gets_the_collections_requirements(dist: Path, tmp_path: Path) -> None:
+    """An EE that installs deploykit.kvcache (galaxy requirements) gets deploykit, pinned to
+    the collection's version, and ssh: ansible-builder's own introspection reads them from
+    the collection's meta/execution-environment.yml."""
+    collections = tmp_path / "collections"
+    run([str(BIN / "ansible-galaxy"), "collection", "install", "--force", "-p",
+         str(collections), str(dist / f"deploykit-kvcache-{VERSION}.tar.gz")], tmp_path)
+    pip, bindep = tmp_path / "requirements.txt", tmp_path / "bindep.txt"
+    import ansible_builder._target_scripts.introspect as introspect
+
+    run([sys.executable, introspect.__file__, "introspect", str(collections), "--write-pip",
+         str(pip), "--write-bindep", str(bindep)], tmp_path)
+    wanted = pip.read_text().splitlines()
+    assert f"deploykit=={VERSION}  # from collection deploykit.kvcache" in wanted, wanted
+    assert any(line.startswith("boto3>=") for line in wanted), wanted
+    assert "openssh-clients [platform:rpm]  # from collection deploykit.kvcache" in \
+        bindep.read_text().splitlines()
