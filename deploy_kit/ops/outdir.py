@@ -45,8 +45,12 @@ def replace_tree(tree: Tree, out: Path,
     """Write `tree` into a temporary sibling of `out`, then put it in `out`'s place; returns
     the number of files written. `before_swap(tmp)` may add files to the new tree first."""
     check_replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    except OSError as exc:  # the new tree is written beside OUT, then renamed
+        raise UnsafeOutput(f"cannot write beside {out} ({exc.strerror}): give render -o a "
+                           "directory in a folder you can write to") from None
     try:
         # the directory keeps its mode (a play's 0700 temporary directory); a new one gets
         # what mkdir would give it

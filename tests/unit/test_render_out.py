@@ -85,3 +85,14 @@ def test_the_two_rename_fallback_swaps_too(tmp_path: Path,
     outdir.replace_tree({"b": {"/x": RenderedFile("2\n")}}, out)
     assert _hosts(out) == {"b"} and (out / "b" / "x").read_text() == "2\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_unwritable_parent_is_one_line(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(**_: object) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(outdir.tempfile, "mkdtemp", refuse)
+    with pytest.raises(UnsafeOutput, match=r"cannot write beside .*Permission denied"):
+        outdir.replace_tree({"h": {"/x": RenderedFile("")}}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
