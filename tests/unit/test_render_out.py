@@ -92,7 +92,7 @@ def test_an_unwritable_parent_is_one_line(tmp_path: Path,
     def refuse(**_: object) -> str:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(outdir.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr("deploy_kit.ops.outdir.tempfile.mkdtemp", refuse)
     with pytest.raises(UnsafeOutput, match=r"cannot write beside .*Permission denied"):
         outdir.replace_tree({"h": {"/x": RenderedFile("")}}, tmp_path / "out")
     assert not (tmp_path / "out").exists()
