@@ -92,11 +92,13 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         stdout().write(printable(request, {"ANSIBLE_CONFIG": str(project_dir() /
                                                                  "ansible.cfg")}) + "\n")
         return
-    with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
-        # check mode: the would-be CA and certificates live here, removed after the run
-        sources = issue_tls(site, Path(scratch) / "tls" if options.check else None) \
-            if verb == "up" else None
-        _run_rendered(verb, site, request, options, sources)
+    if verb != "up":
+        _run_rendered(verb, site, request, options, None)
+    elif not options.check:
+        _run_rendered(verb, site, request, options, issue_tls(site))
+    else:  # the would-be CA and certificates live here for the run, then go
+        with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
+            _run_rendered(verb, site, request, options, issue_tls(site, Path(scratch) / "tls"))
 
 
 def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
