@@ -7,6 +7,7 @@ for the duration of one `deploy_kit.cli.app.main(argv, env)` call, that call's
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,12 +29,28 @@ def console() -> Console:
     return _default
 
 
+UNBOUNDED = 1 << 12  # data into a pipe or a file: as wide as its widest line
+
+
 def data_console() -> Console:
     """A rich console on stdout for a command's data (tables a user redirects to a file),
-    as wide as the human console; colour only when stdout is a terminal."""
+    as wide as the human console; colour only when stdout is a terminal. Into a pipe or a
+    file with no COLUMNS set, nothing is cut or wrapped to rich's default of 80 columns
+    (tables keep their natural width)."""
     human = console()
-    return Console(file=stdout(), highlight=False, width=human.width,
+    out = stdout()
+    width = human.width
+    if not os.environ.get("COLUMNS", "").strip().isdigit() and not _isatty(out):
+        width = UNBOUNDED
+    return Console(file=out, highlight=False, width=width,
                    no_color=human.no_color or human.color_system is None)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 class ReaderGone(Exception):

@@ -92,3 +92,12 @@ def test_shell_completion_completes_verbs_and_options() -> None:
     done = subprocess.run([sys.executable, "-m", "deploy_kit"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.split() == ["verify", "version"], done.stderr
+
+
+def test_data_into_a_pipe_is_not_cut_to_80_columns() -> None:
+    """`deploykit plan -i example > plan.txt`: rich would size a console that is no
+    terminal at 80 columns and cut the table's cells (`gaudi…`)."""
+    piped = run_cli("plan", "-i", "example", env={"COLUMNS": ""}).stdout
+    assert "…" not in piped and "│ gaudi3-1 " in piped
+    narrow = run_cli("plan", "-i", "example", env={"COLUMNS": "80"}).stdout
+    assert "…" in narrow  # COLUMNS, when given, is what the reader asked for
