@@ -69,7 +69,6 @@ def command() -> Any:
       would cut it to the width left beside the command names);
     - a value without a metavar shows its name (LIMIT), never typer's `<list[str]>`;
     - a range reads `[at least 1]`, `[3 to 8]`, not `<int range> [x>=1]`."""
-    from typer._click.utils import make_default_short_help
     from typer.core import TyperArgument
 
     root = typer.main.get_command(app)
@@ -77,7 +76,7 @@ def command() -> Any:
     while todo:
         cmd = todo.pop()
         if cmd.short_help is None and cmd.help:
-            cmd.short_help = make_default_short_help(cmd.help, max_length=1 << 16)
+            cmd.short_help = _first_sentence(cmd.help)
         for param in cmd.params:
             if isinstance(param, TyperArgument):  # its name is its metavar: no `<str>` after
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
@@ -91,6 +90,16 @@ def command() -> Any:
                     lambda words=words: words)
         todo += list(getattr(cmd, "commands", {}).values())
     return root
+
+
+def _first_sentence(text: str) -> str:
+    """The first paragraph up to its first full stop, on one line (Click's own summary,
+    without its cut at the width left beside the command names)."""
+    words = text.split("\n\n", 1)[0].split()
+    for i, word in enumerate(words):
+        if word.endswith("."):
+            return " ".join(words[:i + 1])
+    return " ".join(words)
 
 
 def _range_words(low: float | None, high: float | None) -> str:
