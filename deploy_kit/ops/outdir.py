@@ -78,7 +78,12 @@ def _swap(new: Path, out: Path) -> None:
         return
     old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
     os.rename(out, old / "tree")
-    os.rename(new, out)
+    try:
+        os.rename(new, out)
+    except OSError:
+        os.rename(old / "tree", out)  # OUT as it was
+        old.rmdir()
+        raise
     os.rename(old, new)  # removed by the caller, as the exchange leaves it
 
 

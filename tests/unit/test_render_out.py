@@ -96,3 +96,25 @@ def test_an_unwritable_parent_is_one_line(tmp_path: Path,
     with pytest.raises(UnsafeOutput, match=r"cannot write beside .*Permission denied"):
         outdir.replace_tree({"h": {"/x": RenderedFile("")}}, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_fallback_puts_out_back_when_the_new_tree_cannot_move_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(outdir, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    outdir.replace_tree({"a": {"/x": RenderedFile("1\n")}}, out)
+    before = tree_digest(out)
+    real = os.rename
+
+    def rename(src: object, dst: object) -> None:
+        if Path(str(src)).name.startswith(".out.new-"):
+            raise OSError(16, "Device or resource busy")
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("deploy_kit.ops.outdir.os.rename", rename)
+    with pytest.raises(OSError, match="busy"):
+        outdir.replace_tree({"b": {"/x": RenderedFile("2\n")}}, out)
+    assert tree_digest(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
