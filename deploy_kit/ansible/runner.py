@@ -39,10 +39,13 @@ def new_record_dir(verb: str) -> Path:
 
 
 def ansible_env() -> dict[str, str]:
-    """deploykit's ansible.cfg and collections, this interpreter's ansible-playbook first."""
+    """The user's own Ansible configuration (found as Ansible finds it) plus only what
+    deploykit needs (deploy_kit.ansible.environment), this interpreter's ansible-playbook
+    first."""
+    from deploy_kit.ansible.environment import runner_variables
+
     project = project_dir()
-    return {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(project),
+    return {**runner_variables(project), "PYTHONPATH": str(project),
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
 
 

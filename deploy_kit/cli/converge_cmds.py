@@ -87,9 +87,10 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         verbosity=options.verbose, become=options.become, forks=options.forks)
     if options.print_command:
         # writes nothing: a plain ansible-playbook run renders the site itself (render.yml)
-        # and issues no certificate; from any directory, with deploykit's ansible.cfg
-        stdout().write(printable(request, {"ANSIBLE_CONFIG": str(project_dir() /
-                                                                 "ansible.cfg")}) + "\n")
+        # and issues no certificate; from any directory, under the user's own ansible.cfg
+        from deploy_kit.ansible.environment import playbook_variables
+
+        stdout().write(printable(request, playbook_variables(project_dir())) + "\n")
         return
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
     if verb == "up":
