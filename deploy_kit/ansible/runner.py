@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from deploy_kit.ansible import progress
-from deploy_kit.ansible.command import RunRequest, options, playbook_argv
+from deploy_kit.ansible.command import RunRequest, inventories, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
 from deploy_kit.core.errors import AnsibleFailed, HostsUnreachable
 from deploy_kit.project import project_dir, runs_root
@@ -92,7 +92,8 @@ def run_playbook(request: RunRequest, console: Console,
         try:
             result = ansible_runner.run(
                 private_data_dir=private, project_dir=str(project),
-                playbook=str(request.playbook), inventory=str(request.inventory),
+                playbook=str(request.playbook),
+                inventory=[str(p) for p in inventories(request)],
                 # ansible-runner shlex-splits cmdline: quote each word (inline -e JSON has spaces)
                 cmdline=shlex.join(options(request)), envvars=env, quiet=True,
                 event_handler=on_event, rotate_artifacts=1, suppress_env_files=False)
@@ -113,6 +114,26 @@ def run_playbook(request: RunRequest, console: Console,
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return record, record_dir, int(result.rc or 0)
+
+
+def list_only(request: RunRequest) -> None:
+    """--list-hosts / --list-tasks: ansible-playbook's own output on stdout, its errors on
+    stderr; no task runs, nothing is written."""
+    import subprocess
+
+    from deploy_kit.console import stdout
+
+    argv = playbook_argv(request)
+    beside = Path(sys.executable).parent / argv[0]
+    if beside.is_file():
+        argv[0] = str(beside)
+    result = subprocess.run(argv, env={**os.environ, **ansible_env()}, capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, check=False)
+    stdout().write(result.stdout)
+    if result.returncode != 0:
+        last = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "")
+        raise AnsibleFailed(f"ansible-playbook {' '.join(request.listing)} exited "
+                            f"{result.returncode}: {redact(last.strip())[:500]}")
 
 
 def show_record(record: RunRecord, console: Console) -> None:
