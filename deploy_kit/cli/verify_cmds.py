@@ -61,15 +61,14 @@ def _verify(site_name: str | list[str], vault_password_file: Path | None,
     site = on_site(open_site(site_name, vault_password_file), connection or ConnectionOptions())
     try:
         only = check_ids(requested, list(CHECKS))
-        # --limit narrows the serving hosts; the storage and DNS hosts every check reads stay
+        # --limit: only these hosts are contacted; checks needing others skip, saying why
         chosen = limited_hosts(site, limit) if limit else None
     except SelectionError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if chosen is not None:
-        site = site.limit(chosen | {h.name for h in site.hosts.values()
-                                    if not h.groups & {"vllm"}})
     with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
-        observation = gather(site)
+        observation = gather(site, reach=chosen)
+    if chosen is not None:
+        site = site.limit(chosen)  # the round trip too stays within the limit
     observation.storage = storage_measurement(storage_result, site.name)
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
