@@ -65,3 +65,19 @@ def test_a_limit_names_the_groups_whose_checks_it_leaves_without_hosts(
     found = {f.check: f for f in evaluate(obs, {"ceph-pools", "s3-roundtrip"})}
     assert (found["ceph-pools"].status, found["ceph-pools"].message) == (Status.SKIP, why["ceph"])
     assert found["s3-roundtrip"].message == "nothing to check"  # rgw1 is inside the limit
+
+
+def test_limit_takes_ansibles_exclusions_intersections_and_regexes(
+        make_inventory: InventoryFactory) -> None:
+    site = open_site(str(make_inventory()))
+    assert limited_hosts(site, "vllm:!gpu2") == {"gpu1"}
+    assert limited_hosts(site, "rgw:&rgw1") == {"rgw1"}
+    assert limited_hosts(site, "!vllm") == {"adm1", "rgw1", "rgw2", "c1", "dns1"}
+    assert limited_hosts(site, "~gpu[12]") == {"gpu1", "gpu2"}
+    with pytest.raises(SelectionError, match="matches no host"):
+        limited_hosts(site, "vllm:!gpu9")
+    with pytest.raises(SelectionError, match="leaves no host"):
+        limited_hosts(site, "vllm:&rgw")
+    with pytest.raises(SelectionError, match="subscripts"):
+        limited_hosts(site, "vllm[0]")
+    assert limited_hosts(site, "gpu[!2]") == {"gpu1"}  # a glob class, not a subscript
