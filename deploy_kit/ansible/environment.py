@@ -24,9 +24,19 @@ def user_config() -> tuple[Path | None, Any]:
     """The configuration file Ansible would read from here (None: Ansible's defaults), and
     Ansible's ConfigManager over it and the environment."""
     from ansible.config.manager import ConfigManager, find_ini_config_file
+    from ansible.errors import AnsibleError
+
+    from deploy_kit.core.errors import EnvironmentProblem
 
     found = find_ini_config_file()
-    return (Path(found) if found else None), ConfigManager(found)
+    try:
+        return (Path(found) if found else None), ConfigManager(found)
+    except AnsibleError as exc:  # Ansible itself would stop here too
+        first = str(getattr(exc, "message", exc)).splitlines()[0]
+        raise EnvironmentProblem(f"Ansible cannot read its configuration: {first}",
+                                 hint="fix the file, or point ANSIBLE_CONFIG at another; "
+                                      "`ansible-config dump --only-changed` shows what "
+                                      "Ansible reads") from None
 
 
 def collections_path(project: Path, manager: Any) -> str:

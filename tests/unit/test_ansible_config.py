@@ -114,3 +114,12 @@ def test_print_command_shows_deploykits_variables_and_runs_under_the_users_confi
         "ANSIBLE_HOST_PATTERN_MISMATCH": "ignore"}
     seen = _effective({**os.environ, **variables}, project)
     assert seen["DEFAULT_FORKS"] == "7" and seen["HOST_PATTERN_MISMATCH"] == "ignore"
+
+
+def test_an_unreadable_ansible_cfg_is_an_environment_problem_naming_it(
+        project: Path, make_inventory: InventoryFactory) -> None:
+    (project / "ansible.cfg").write_text("[defaults\nforks = 7\n")
+    result = run_cli("up", "-i", str(make_inventory()), "--print-command", cwd=project)
+    assert result.returncode == 7, result
+    assert "Ansible cannot read its configuration" in result.stderr
+    assert str(project / "ansible.cfg") in result.stderr
