@@ -53,7 +53,10 @@ def run_playbook(verb: str, playbook: str, inventory: str | list[str],
                  run_vars: dict[str, object] | None = None, ask_vault_pass: bool = False,
                  connection: ConnectionOptions | None = None,
                  listing: tuple[str, ...] = ()) -> None:
-    with reaching(connection or ConnectionOptions(), ask=not options.print_command) as reach:
+    connection = connection or ConnectionOptions()
+    if listing:  # Ansible lists without logging in: nothing to ask
+        connection = replace(connection, ask_become_pass=False)
+    with reaching(connection, ask=not options.print_command) as reach:
         if ask_vault_pass:
             with asked_vault_password() as asked:
                 _run_playbook(verb, playbook, inventory, asked, options, run_vars or {},

@@ -71,7 +71,8 @@ def test_list_hosts_and_list_tasks_print_ansibles_listing_and_change_nothing(
     assert "play #13 (vllm:!deploykit_converged): Deploy the serving hosts" in hosts.stdout
     listed = {ln.strip() for ln in hosts.stdout.splitlines()}
     assert {"gpu1", "gpu2", "gpu3"} <= listed and "rgw1" not in listed  # both -i, the limit
-    tasks = run_cli("down", "-i", str(first), "--list-tasks",
+    # -K asks nothing for a listing (no terminal here: asking would be a usage error)
+    tasks = run_cli("down", "-i", str(first), "--list-tasks", "-K",
                     env={"DEPLOYKIT_RUNS_DIR": str(runs)}, cwd=tmp_path)
     assert tasks.returncode == 0, tasks.stderr
     assert "playbook: " in tasks.stdout and "TAGS:" in tasks.stdout
