@@ -85,13 +85,14 @@ def run_playbook(request: RunRequest, console: Console,
                           soft_wrap=True)
         return True  # True: let ansible-runner keep the event (stats come from it)
 
-    project = project_dir()
     env = ansible_env()
     with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
         os.chmod(private, 0o700)
         try:
             result = ansible_runner.run(
-                private_data_dir=private, project_dir=str(project),
+                # project_dir is where ansible-playbook runs: the user's working directory,
+                # so Ansible finds ./ansible.cfg there as for a plain ansible-playbook
+                private_data_dir=private, project_dir=os.getcwd(),
                 playbook=str(request.playbook),
                 inventory=[str(p) for p in inventories(request)],
                 # ansible-runner shlex-splits cmdline: quote each word (inline -e JSON has spaces)

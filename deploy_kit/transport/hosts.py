@@ -182,7 +182,8 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
         extra.write_text(json.dumps(variables))
         cmdline += ["-e", f"@{extra}"]
         result = ansible_runner.run(
-            private_data_dir=private, playbook=str(root / "play.yml"),
+            # ansible-playbook runs in the user's working directory (./ansible.cfg applies)
+            private_data_dir=private, project_dir=os.getcwd(), playbook=str(root / "play.yml"),
             inventory=[str(p) for p in site.inventory_sources], cmdline=shlex.join(cmdline),
             envvars=ansible_env(),
             quiet=True, event_handler=on_event, rotate_artifacts=1, suppress_env_files=True)

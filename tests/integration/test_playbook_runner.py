@@ -8,6 +8,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
@@ -40,3 +41,43 @@ def test_inline_and_file_vars_reach_the_play_as_given(tmp_path: Path) -> None:
     assert rc == 0, (record_dir / "ansible.log").read_text()[-2000:]
     assert json.loads(seen.read_text()) == {**inline, "quoted": "x y", "from_file": "a b"}
     assert record.total_changed == 1
+
+
+def test_a_run_uses_the_ansible_cfg_of_the_working_directory_and_every_inventory(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """`up`'s runs read the user's ansible.cfg (here ./ansible.cfg: forks 7, remote_user
+    alice) as ansible-playbook would, with several -i merged, and the connection flags."""
+    import os
+
+    for name in [k for k in os.environ if k.startswith("ANSIBLE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nforks = 7\nremote_user = alice\n")
+    monkeypatch.chdir(tmp_path)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    first, second = tmp_path / "one.yml", tmp_path / "two.yml"
+    first.write_text(yaml.safe_dump({"all": {"hosts": {"here": local}}}))
+    second.write_text(yaml.safe_dump({"all": {"hosts": {"there": local}}}))
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"ansible.builtin.copy": {
+            "dest": f"{seen}/{{{{ inventory_hostname }}}}.json", "mode": "0600",
+            "content": "{{ {'forks': ansible_forks, 'user': ansible_user | default(''),"
+                       " 'config': ansible_config_file} | to_json }}"}}]}]))
+    request = RunRequest(verb="test", playbook=playbook, inventory=first,
+                         more_inventories=(second,), connection=("--user", "bob"))
+    record_dir = tmp_path / "run"
+    record_dir.mkdir()
+    _record, _, rc = run_playbook(request, Console(file=io.StringIO()), record_dir)
+    assert rc == 0, (record_dir / "ansible.log").read_text()[-2000:]
+    for host in ("here", "there"):  # both inventories
+        got = json.loads((seen / f"{host}.json").read_text())
+        assert got["forks"] == 7 and got["config"] == str(tmp_path / "ansible.cfg"), got
+        assert got["user"] == "bob", got  # -u wins over remote_user, as for ansible-playbook
+    plain = RunRequest(verb="test", playbook=playbook, inventory=first)
+    _record, _, rc = run_playbook(plain, Console(file=io.StringIO()), record_dir)
+    assert rc == 0
+    assert json.loads((seen / "here.json").read_text())["user"] == "alice"  # remote_user

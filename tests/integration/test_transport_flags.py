@@ -41,3 +41,27 @@ def test_become_flags_reach_the_transport(tmp_path: Path) -> None:
                       [(a, "id -un")], timeout=30)
     assert became[0].error is None, became
     assert became[0].stdout == "nobody", became
+
+
+def test_the_transport_reads_the_ansible_cfg_of_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify's reads run under the user's ansible.cfg too: here ./ansible.cfg names a
+    Python that does not exist, and Ansible's error says so."""
+    for name in [k for k in os.environ if k.startswith("ANSIBLE_")]:
+        monkeypatch.delenv(name)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "ansible.cfg").write_text("[defaults]\ninterpreter_python = /nonexistent/py3\n")
+    monkeypatch.chdir(project)
+    a = Host(name="a", address="127.0.0.1", groups=frozenset(), config=HostConfig(),
+             sources={}, geometry=None)
+    site = local_site(tmp_path / "inv", [a])
+    hosts = site.root / "hosts.yml"  # the interpreter left to the configuration
+    hosts.write_text(hosts.read_text().replace(f"ansible_python_interpreter: {sys.executable}",
+                                               ""))
+    assert "ansible_python_interpreter" not in hosts.read_text()
+    [result] = run_many(site, [(a, "echo ok")], timeout=30)
+    assert result.error is not None and "/nonexistent/py3" in result.error, result
+    (project / "ansible.cfg").write_text(f"[defaults]\ninterpreter_python = {sys.executable}\n")
+    [result] = run_many(site, [(a, "echo ok")], timeout=30)
+    assert result.stdout == "ok", result
