@@ -79,9 +79,12 @@ def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
             if problem:
                 problems.append(Problem(str(source), host.name, problem, "rename the host"))
                 continue
-            entry = RawHost(name=host.name, groups={g.name for g in host.get_groups()}
+            # str(): names read from YAML sources are Ansible's tagged strings, which
+            # deploykit's own YAML writers (render) cannot represent
+            entry = RawHost(name=str(host.name), groups={str(g.name) for g in host.get_groups()}
                             - {"all", "ungrouped"})
-            for key, value in variables.get_vars(host=host, include_hostvars=False).items():
+            for tagged, value in variables.get_vars(host=host, include_hostvars=False).items():
+                key = str(tagged)
                 if key in MAGIC:
                     continue
                 origin = _origin(value) or str(source)
@@ -93,8 +96,8 @@ def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
                 entry.sources[key] = origin
                 if vaulted:
                     raw.vaulted_keys.add((origin, key))
-            hosts[host.name] = entry
-        raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
+            hosts[entry.name] = entry
+        raw.group_depth = {str(g.name): g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
         message = str(getattr(exc, "message", exc)).splitlines()[0]
         fix = "pass --vault-password-file" if "vault" in message.lower() else \

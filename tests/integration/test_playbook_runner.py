@@ -15,6 +15,8 @@ from rich.console import Console
 
 from deploy_kit.ansible.command import RunRequest
 from deploy_kit.ansible.runner import run_playbook
+from tests.cli import run_cli
+from tests.conftest import InventoryFactory
 
 
 def test_inline_and_file_vars_reach_the_play_as_given(tmp_path: Path) -> None:
@@ -81,3 +83,31 @@ def test_a_run_uses_the_ansible_cfg_of_the_working_directory_and_every_inventory
     _record, _, rc = run_playbook(plain, Console(file=io.StringIO()), record_dir)
     assert rc == 0
     assert json.loads((seen / "here.json").read_text())["user"] == "alice"  # remote_user
+
+
+def test_the_printed_command_renders_every_inventory(make_inventory: InventoryFactory,
+                                                     tmp_path: Path) -> None:
+    """`up --print-command` with several -i: the plain ansible-playbook run's render play
+    renders the merged inventory (every source), not the first one."""
+    import os
+    import shlex
+    import subprocess
+
+    first = make_inventory()
+    more = tmp_path / "more.ini"
+    more.write_text("[vllm]\ngpu3 ansible_host=10.0.1.3 vllm_accelerator=cuda\n")
+    printed = run_cli("up", "-i", str(first), "-i", str(more), "--print-command",
+                      env={"DEPLOYKIT_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    words = shlex.split(printed.stdout)
+    env = dict(w.split("=", 1) for w in words[:2])
+    argv = words[2:]
+    site = next(i for i, w in enumerate(argv) if w.endswith("/site.yml"))
+    argv[site] = str(Path(argv[site]).with_name("render.yml"))  # its first play alone
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, **env, "TMPDIR": str(scratch)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    [rendered] = list(scratch.glob("deploykit-render-*"))
+    assert {"gpu1", "gpu2", "gpu3"} <= {p.name for p in rendered.iterdir()}

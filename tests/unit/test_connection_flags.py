@@ -151,3 +151,14 @@ class _Tty(io.StringIO):
 
 def test_no_flag_means_no_word() -> None:
     assert ConnectionOptions().argv() == []
+
+
+def test_render_of_several_inventories_writes_every_host(make_inventory: InventoryFactory,
+                                                         tmp_path: Path) -> None:
+    """Names read from a YAML source through Ansible's loader are tagged strings; the
+    rendered YAML files must still be written."""
+    first, more = _two_sources(make_inventory, tmp_path)
+    out = tmp_path / "out"
+    result = run_cli("render", "-i", str(first), "-i", str(more), "-o", str(out), "--for-roles")
+    assert result.returncode == 0, result.stderr
+    assert {"gpu1", "gpu2", "gpu3", "rgw1", "adm1"} <= {p.name for p in out.iterdir()}
