@@ -111,3 +111,31 @@ def test_the_printed_command_renders_every_inventory(make_inventory: InventoryFa
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     [rendered] = list(scratch.glob("deploykit-render-*"))
     assert {"gpu1", "gpu2", "gpu3"} <= {p.name for p in rendered.iterdir()}
+
+
+def test_a_become_password_never_reaches_the_run_record(tmp_path: Path) -> None:
+    """-K: ansible-playbook reads the password from its file; argv, ansible.log and
+    summary.json carry the file's path at most, never the password."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"here": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "all", "gather_facts": False,
+        "tasks": [{"ansible.builtin.command": "id -un", "changed_when": False}]}]))
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    password = private / "become-password"
+    password.write_text("pw-0f9e8d7c\n")
+    password.chmod(0o600)
+    request = RunRequest(verb="test", playbook=playbook, inventory=inventory, become=True,
+                         connection=("--become-password-file", str(password)), verbosity=3)
+    record_dir = tmp_path / "run"
+    record_dir.mkdir()
+    _record, _, rc = run_playbook(request, Console(file=io.StringIO()), record_dir)
+    assert rc == 0, (record_dir / "ansible.log").read_text()[-2000:]
+    summary = json.loads((record_dir / "summary.json").read_text())
+    assert str(password) in summary["argv"]
+    for path in record_dir.rglob("*"):
+        if path.is_file():
+            assert "pw-0f9e8d7c" not in path.read_text(errors="replace"), path
