@@ -25,6 +25,9 @@ class RunRequest:
     verbosity: int = 0
     forks: int | None = None
     extra: tuple[str, ...] = field(default_factory=tuple)
+    more_inventories: tuple[Path, ...] = ()  # every further -i, merged by Ansible
+    connection: tuple[str, ...] = ()  # -u, --private-key, --become-user, ... (ConnectionOptions)
+    listing: tuple[str, ...] = ()  # --list-hosts / --list-tasks: Ansible prints, runs nothing
 
 
 def options(request: RunRequest) -> list[str]:
@@ -50,14 +53,20 @@ def options(request: RunRequest) -> list[str]:
         argv += ["--vault-password-file", str(request.vault_password_file)]
     if request.forks:
         argv += ["--forks", str(request.forks)]
+    argv += list(request.connection)
+    argv += list(request.listing)
     if request.verbosity:
         argv.append("-" + "v" * min(request.verbosity, 4))
     return argv + list(request.extra)
 
 
+def inventories(request: RunRequest) -> list[Path]:
+    return [request.inventory, *request.more_inventories]
+
+
 def playbook_argv(request: RunRequest) -> list[str]:
-    return ["ansible-playbook", "-i", str(request.inventory), str(request.playbook),
-            *options(request)]
+    sources = [word for path in inventories(request) for word in ("-i", str(path))]
+    return ["ansible-playbook", *sources, str(request.playbook), *options(request)]
 
 
 def printable(request: RunRequest, env: dict[str, str] | None = None) -> str:

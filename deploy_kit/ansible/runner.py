@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from deploy_kit.ansible import progress
-from deploy_kit.ansible.command import RunRequest, options, playbook_argv
+from deploy_kit.ansible.command import RunRequest, inventories, options, playbook_argv
 from deploy_kit.ansible.events import RunRecord, redact
 from deploy_kit.core.errors import AnsibleFailed, EnvironmentProblem, HostsUnreachable
 from deploy_kit.project import project_dir, runs_root
@@ -90,10 +90,13 @@ def _is_record(path: Path) -> bool:
 
 
 def ansible_env() -> dict[str, str]:
-    """deploykit's ansible.cfg and collections, this interpreter's ansible-playbook first."""
+    """The user's own Ansible configuration (found as Ansible finds it) plus only what
+    deploykit needs (deploy_kit.ansible.environment), this interpreter's ansible-playbook
+    first."""
+    from deploy_kit.ansible.environment import runner_variables
+
     project = project_dir()
-    return {"ANSIBLE_CONFIG": str(project / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": str(project),
+    return {**runner_variables(project), "PYTHONPATH": str(project),
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
 
 
@@ -133,14 +136,16 @@ def run_playbook(request: RunRequest, console: Console,
                           soft_wrap=True)
         return True  # True: let ansible-runner keep the event (stats come from it)
 
-    project = project_dir()
     env = ansible_env()
     with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
         os.chmod(private, 0o700)
         try:
             result = ansible_runner.run(
-                private_data_dir=private, project_dir=str(project),
-                playbook=str(request.playbook), inventory=str(request.inventory),
+                # project_dir is where ansible-playbook runs: the user's working directory,
+                # so Ansible finds ./ansible.cfg there as for a plain ansible-playbook
+                private_data_dir=private, project_dir=os.getcwd(),
+                playbook=str(request.playbook),
+                inventory=[str(p) for p in inventories(request)],
                 # ansible-runner shlex-splits cmdline: quote each word (inline -e JSON has spaces)
                 cmdline=shlex.join(options(request)), envvars=env, quiet=True,
                 event_handler=on_event, rotate_artifacts=1, suppress_env_files=False)
@@ -161,6 +166,26 @@ def run_playbook(request: RunRequest, console: Console,
     }
     (record_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return record, record_dir, int(result.rc or 0)
+
+
+def list_only(request: RunRequest) -> None:
+    """--list-hosts / --list-tasks: ansible-playbook's own output on stdout, its errors on
+    stderr; no task runs, nothing is written."""
+    import subprocess
+
+    from deploy_kit.console import stdout
+
+    argv = playbook_argv(request)
+    beside = Path(sys.executable).parent / argv[0]
+    if beside.is_file():
+        argv[0] = str(beside)
+    result = subprocess.run(argv, env={**os.environ, **ansible_env()}, capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, check=False)
+    stdout().write(result.stdout)
+    if result.returncode != 0:
+        last = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "")
+        raise AnsibleFailed(f"ansible-playbook {' '.join(request.listing)} exited "
+                            f"{result.returncode}: {redact(last.strip())[:500]}")
 
 
 def show_record(record: RunRecord, console: Console) -> None:

@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.options import InventoryOpt, VaultOpt
+from deploy_kit.cli.connection import on_site, reaching
+from deploy_kit.cli.options import (
+    AskBecomeOpt,
+    BecomeOpt,
+    BecomeUserOpt,
+    ConnectionOptions,
+    ForksOpt,
+    InventoryOpt,
+    PrivateKeyOpt,
+    UserOpt,
+    VaultOpt,
+)
 from deploy_kit.console import console
 
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the cache tier.")
@@ -37,19 +48,24 @@ def bench_storage(inventory: InventoryOpt,
                       min=0.001, max=4096, metavar="MIB",
                       help="object size instead of the plan's per-rank chunk object (e.g. "
                            "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
-                  vault_password_file: VaultOpt = None) -> None:
+                  vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+                  ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
+                  user: UserOpt = None, private_key: PrivateKeyOpt = None,
+                  forks: ForksOpt = None) -> None:
     """Chunk-sized PUT/GET/HEAD through the S3 name: awscrt vs boto3, thread sweep."""
     from deploy_kit.bench.storage import describe, run
     from deploy_kit.config.open import open_site
 
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
-    with console().status("measuring S3 through the name…"):
-        result = run(open_site(inventory, vault_password_file), sweep, objects, out,
-                     int(object_mib * 2**20) if object_mib else None)
-    for line in describe(result):
-        console().print(line, markup=False, soft_wrap=True)
-    console().print(f"wrote {', '.join(result['files'])}")
+    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
+                                    forks)) as connection:
+        with console().status("measuring S3 through the name…"):
+            result = run(on_site(open_site(inventory, vault_password_file), connection), sweep,
+                         objects, out, int(object_mib * 2**20) if object_mib else None)
+        for line in describe(result):
+            console().print(line, markup=False, soft_wrap=True)
+        console().print(f"wrote {', '.join(result['files'])}")
 
 
 @bench_app.command("ttft")
@@ -70,7 +86,10 @@ def bench_ttft(inventory: InventoryOpt,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "
                                  "objects without asking (any site but the lab)")] = False,
-               vault_password_file: VaultOpt = None) -> None:
+               vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+               ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
+               user: UserOpt = None, private_key: PrivateKeyOpt = None,
+               forks: ForksOpt = None) -> None:
     """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length.
 
     It restarts vLLM and the LMCache server on the first serving host (each repeat) and
@@ -83,18 +102,20 @@ def bench_ttft(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
-    site = open_site(inventory, vault_password_file)
-    console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
-    if not yes and site.name != "lab":
-        if not sys.stdin.isatty():
-            raise typer.BadParameter("refusing to restart a serving host and delete objects "
-                                     "on a live site without a terminal; pass --yes",
-                                     param_hint="--yes")
-        typer.confirm("go on?", abort=True)
-    with console().status("TTFT protocol…") as status:
-        doc = ttft.run(site, inventory, sweep, repeats, out, max_tokens, allow_single_host,
-                       log=lambda line: status.update(line))
-    console().print(ttft_report.table(doc))
-    for note in doc["notes"]:
-        console().print(f"note: {note}", markup=False)
-    console().print(f"wrote {', '.join(doc['files'])}")
+    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
+                                    forks)) as connection:
+        site = on_site(open_site(inventory, vault_password_file), connection)
+        console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
+        if not yes and site.name != "lab":
+            if not sys.stdin.isatty():
+                raise typer.BadParameter("refusing to restart a serving host and delete objects "
+                                         "on a live site without a terminal; pass --yes",
+                                         param_hint="--yes")
+            typer.confirm("go on?", abort=True)
+        with console().status("TTFT protocol…") as status:
+            doc = ttft.run(site, ",".join(inventory), sweep, repeats, out, max_tokens,
+                           allow_single_host, log=lambda line: status.update(line))
+        console().print(ttft_report.table(doc))
+        for note in doc["notes"]:
+            console().print(f"note: {note}", markup=False)
+        console().print(f"wrote {', '.join(doc['files'])}")

@@ -12,19 +12,27 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from deploy_kit.cli.connection import reaching
 from deploy_kit.cli.options import (
     AnsibleOptions,
+    AskBecomeOpt,
     AskVaultOpt,
     BecomeOpt,
+    BecomeUserOpt,
     CheckOpt,
+    ConnectionOptions,
     DiffOpt,
     ExtraOpt,
     ForksOpt,
     InventoryOpt,
     LimitOpt,
+    ListHostsOpt,
+    ListTasksOpt,
     PrintOpt,
+    PrivateKeyOpt,
     SkipOpt,
     TagsOpt,
+    UserOpt,
     VaultOpt,
     VerboseOpt,
 )
@@ -44,18 +52,28 @@ def playbook_vars(site: Site) -> dict[str, object]:
     return {"vllm_serial": vllm_serial(site)}
 
 
-def run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
-                 options: AnsibleOptions, run_vars: dict[str, object] | None = None,
-                 ask_vault_pass: bool = False) -> None:
-    if ask_vault_pass:
-        with asked_vault_password() as asked:
-            _run_playbook(verb, playbook, inventory, asked, options, run_vars or {})
-    else:
-        _run_playbook(verb, playbook, inventory, vault_password_file, options, run_vars or {})
+def run_playbook(verb: str, playbook: str, inventory: str | list[str],
+                 vault_password_file: Path | None, options: AnsibleOptions,
+                 run_vars: dict[str, object] | None = None, ask_vault_pass: bool = False,
+                 connection: ConnectionOptions | None = None,
+                 listing: tuple[str, ...] = ()) -> None:
+    connection = connection or ConnectionOptions()
+    if listing:  # Ansible lists without logging in: nothing to ask
+        connection = replace(connection, ask_become_pass=False)
+    with reaching(connection, ask=not options.print_command) as reach:
+        if ask_vault_pass:
+            with asked_vault_password() as asked:
+                _run_playbook(verb, playbook, inventory, asked, options, run_vars or {},
+                              reach, listing)
+        else:
+            _run_playbook(verb, playbook, inventory, vault_password_file, options,
+                          run_vars or {}, reach, listing)
 
 
-def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file: Path | None,
-                  options: AnsibleOptions, run_vars: dict[str, object]) -> None:
+def _run_playbook(verb: str, playbook: str, inventory: str | list[str],
+                  vault_password_file: Path | None, options: AnsibleOptions,
+                  run_vars: dict[str, object], connection: ConnectionOptions,
+                  listing: tuple[str, ...]) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
     from deploy_kit.ansible.tags import unknown_tags
@@ -79,7 +97,10 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         check_limit(site, options.limit)
     request = RunRequest(
         verb=verb, playbook=project_dir() / "playbooks" / playbook,
-        inventory=site.inventory_source.resolve(), limit=options.limit, tags=options.tags,
+        inventory=site.inventory_source.resolve(),
+        more_inventories=tuple(p.resolve() for p in site.extra_sources),
+        connection=tuple(connection.argv()), listing=listing,
+        limit=options.limit, tags=options.tags,
         skip_tags=options.skip_tags, check=options.check, diff=options.diff,
         extra_vars_files=options.extra_vars,
         extra_vars_inline=(json.dumps({**playbook_vars(site), **run_vars}),
@@ -88,9 +109,15 @@ def _run_playbook(verb: str, playbook: str, inventory: str, vault_password_file:
         verbosity=options.verbose, become=options.become, forks=options.forks)
     if options.print_command:
         # writes nothing: a plain ansible-playbook run renders the site itself (render.yml)
-        # and issues no certificate; from any directory, with deploykit's ansible.cfg
-        stdout().write(printable(request, {"ANSIBLE_CONFIG": str(project_dir() /
-                                                                 "ansible.cfg")}) + "\n")
+        # and issues no certificate; from any directory, under the user's own ansible.cfg
+        from deploy_kit.ansible.environment import playbook_variables
+
+        stdout().write(printable(request, playbook_variables(project_dir())) + "\n")
+        return
+    if listing:  # ansible-playbook's own listing; nothing rendered, issued or recorded
+        from deploy_kit.ansible.runner import list_only
+
+        list_only(request)
         return
     if verb != "up":
         _run_rendered(verb, site, request, options, None)
@@ -120,6 +147,11 @@ def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOp
     show_record(record, console())
     console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
+
+
+def listing_flags(list_hosts: bool, list_tasks: bool) -> tuple[str, ...]:
+    return tuple(flag for flag, on in (("--list-hosts", list_hosts),
+                                       ("--list-tasks", list_tasks)) if on)
 
 
 def known_tags_of(project: Path) -> frozenset[str]:
@@ -190,7 +222,10 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
        tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
        diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
        verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
-       ask_vault_pass: AskVaultOpt = False,
+       ask_vault_pass: AskVaultOpt = False, ask_become_pass: AskBecomeOpt = False,
+       become_user: BecomeUserOpt = None, user: UserOpt = None,
+       private_key: PrivateKeyOpt = None, list_hosts: ListHostsOpt = False,
+       list_tasks: ListTasksOpt = False,
        restart_serving: Annotated[bool, typer.Option(
            "--restart-serving", help="restart every running LMCache server and vLLM, one "
                                      "host at a time behind the health gate, even when "
@@ -210,13 +245,20 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
         name: True for name, on in (("deploykit_restart_serving", restart_serving),
                                     ("deploykit_full", full)) if on}
     run_playbook("up", "site.yml", inventory, vault_password_file, options, run_vars,
-                 ask_vault_pass=ask_vault_pass)
+                 ask_vault_pass=ask_vault_pass,
+                 connection=ConnectionOptions(ask_become_pass=ask_become_pass,
+                                              become_user=become_user, user=user,
+                                              private_key=private_key),
+                 listing=listing_flags(list_hosts, list_tasks))
 
 
 def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
          check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
          verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
-         ask_vault_pass: AskVaultOpt = False,
+         ask_vault_pass: AskVaultOpt = False, ask_become_pass: AskBecomeOpt = False,
+         become_user: BecomeUserOpt = None, user: UserOpt = None,
+         private_key: PrivateKeyOpt = None, list_hosts: ListHostsOpt = False,
+         list_tasks: ListTasksOpt = False,
          yes: Annotated[bool, typer.Option(
              "--yes", "-y", help="do not ask before stopping services")] = False,
          destroy_data: Annotated[bool, typer.Option(
@@ -226,7 +268,8 @@ def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: L
     Asks first (stopping the gateways and vLLM drops service) unless --yes or --check."""
     import sys
 
-    if not (yes or destroy_data or check or print_command):  # the data flag confirms too
+    listing = listing_flags(list_hosts, list_tasks)
+    if not (yes or destroy_data or check or print_command or listing):  # the data flag too
         if not sys.stdin.isatty():
             raise typer.BadParameter("down stops services on every host it names; pass --yes "
                                      "(or --check to see what it would do)", param_hint="--yes")
@@ -238,4 +281,6 @@ def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: L
                                 print_command=print_command, verbose=verbose, become=become,
                                 forks=forks)
     run_playbook("down", "down.yml", inventory, vault_password_file, options,
-                 {"deploykit_destroy_data": destroy_data}, ask_vault_pass)
+                 {"deploykit_destroy_data": destroy_data}, ask_vault_pass,
+                 ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
+                                   user=user, private_key=private_key), listing)

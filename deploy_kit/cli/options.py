@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
-InventoryOpt = Annotated[str, typer.Option("--inventory", "-i", metavar="SITE",
-                                           help="inventory name (inventory/<name>) or path")]
+# several -i form one inventory, as for ansible-playbook
+InventoryOpt = Annotated[list[str], typer.Option(
+    "--inventory", "-i", metavar="SITE",
+    help="inventory name (inventory/<name>) or path; repeat to merge several sources into "
+         "one inventory, as Ansible does")]
 # Ansible's own variable, so CI that already sets it for ansible-playbook needs nothing else.
 VaultOpt = Annotated[Path | None, typer.Option("--vault-password-file", metavar="FILE",
                                                envvar="ANSIBLE_VAULT_PASSWORD_FILE",
@@ -72,3 +75,52 @@ class AnsibleOptions:
             return tuple(t.strip() for i in items or () for t in i.split(",") if t.strip())
         return cls(limit, split(tags), split(skip_tags), check, diff, files, inline,
                    print_command, verbose, become, forks)
+
+
+# Reaching hosts, as ansible-playbook spells it (every verb that contacts a host)
+AskBecomeOpt = Annotated[bool, typer.Option(
+    "--ask-become-pass", "-K", help="ask once for the become (sudo) password")]
+BecomeUserOpt = Annotated[str | None, typer.Option(
+    "--become-user", help="become this user (Ansible's default: root)")]
+UserOpt = Annotated[str | None, typer.Option(
+    "--user", "-u", help="connect as this user (Ansible's remote_user)")]
+PrivateKeyOpt = Annotated[Path | None, typer.Option(
+    "--private-key", "--key-file", help="the SSH private key to connect with")]
+ListHostsOpt = Annotated[bool, typer.Option(
+    "--list-hosts", help="print the hosts each play would reach (Ansible's output) and stop")]
+ListTasksOpt = Annotated[bool, typer.Option(
+    "--list-tasks", help="print the tasks each play would run (Ansible's output) and stop")]
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """How Ansible reaches the hosts: the same flags for a playbook run (up/down) and for
+    the read-only scripts of verify, doctor, cache and bench (deploy_kit.transport)."""
+
+    become: bool = False
+    ask_become_pass: bool = False
+    become_user: str | None = None
+    user: str | None = None
+    private_key: Path | None = None
+    forks: int | None = None
+    # -K: the password asked once, in a 0600 file of a private directory for this run only
+    become_password_file: Path | None = None
+
+    def argv(self) -> list[str]:
+        """ansible-playbook's own flags; a password is never one of them (pure)."""
+        argv: list[str] = []
+        if self.become:
+            argv.append("--become")
+        if self.become_user:
+            argv += ["--become-user", self.become_user]
+        if self.become_password_file is not None:
+            argv += ["--become-password-file", str(self.become_password_file)]
+        elif self.ask_become_pass:  # not asked yet (--print-command): Ansible asks itself
+            argv.append("--ask-become-pass")
+        if self.user:
+            argv += ["--user", self.user]
+        if self.private_key is not None:
+            argv += ["--private-key", str(self.private_key.resolve())]
+        if self.forks:
+            argv += ["--forks", str(self.forks)]
+        return argv

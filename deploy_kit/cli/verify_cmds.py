@@ -10,7 +10,19 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
+from deploy_kit.cli.connection import on_site, reaching
+from deploy_kit.cli.options import (
+    AskBecomeOpt,
+    BecomeOpt,
+    BecomeUserOpt,
+    ConnectionOptions,
+    ForksOpt,
+    InventoryOpt,
+    LimitOpt,
+    PrivateKeyOpt,
+    UserOpt,
+    VaultOpt,
+)
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
 
@@ -32,10 +44,11 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def _verify(site_name: str, vault_password_file: Path | None, requested: list[str] | None,
-            as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
-            roundtrip: bool = False, roundtrip_store: str | None = None,
-            storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
+def _verify(site_name: str | list[str], vault_password_file: Path | None,
+            requested: list[str] | None, as_json: bool, junit: Path | None, verbose: bool,
+            limit: str | None, roundtrip: bool = False, roundtrip_store: str | None = None,
+            storage_result: Path = Path("runs/bench-storage/storage.json"),
+            connection: ConnectionOptions | None = None) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import SelectionError, check_ids, limited_hosts
@@ -45,18 +58,17 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    site = open_site(site_name, vault_password_file)
+    site = on_site(open_site(site_name, vault_password_file), connection or ConnectionOptions())
     try:
         only = check_ids(requested, list(CHECKS))
-        # --limit narrows the serving hosts; the storage and DNS hosts every check reads stay
+        # --limit: only these hosts are contacted; checks needing others skip, saying why
         chosen = limited_hosts(site, limit) if limit else None
     except SelectionError as exc:
         raise typer.BadParameter(str(exc)) from None
-    if chosen is not None:
-        site = site.limit(chosen | {h.name for h in site.hosts.values()
-                                    if not h.groups & {"vllm"}})
     with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
-        observation = gather(site)
+        observation = gather(site, reach=chosen)
+    if chosen is not None:
+        site = site.limit(chosen)  # the round trip too stays within the limit
     observation.storage = storage_measurement(storage_result, site.name)
     findings = evaluate(observation, only)
     if roundtrip or roundtrip_store:
@@ -142,31 +154,42 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
                "--storage-result", metavar="FILE",
                help="the `bench storage` result the break-even check compares with")] = Path(
                "runs/bench-storage/storage.json"),
-           list_checks: ListChecksOpt = False) -> None:
+           list_checks: ListChecksOpt = False,
+           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
+           become_user: BecomeUserOpt = None, user: UserOpt = None,
+           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
-    _verify(inventory, vault_password_file, check, as_json, junit,
-            verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
-            storage_result)
+    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
+                                    forks)) as connection:
+        _verify(inventory, vault_password_file, check, as_json, junit,
+                verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
+                storage_result, connection)
 
 
 def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
-                                                           help="an error text or symptom")],
+                                                  help="an error text or symptom")],
            inventory: InventoryOpt, vault_password_file: VaultOpt = None,
            list_symptoms: Annotated[bool, typer.Option(
                "--list", is_eager=True, callback=_list_symptoms,
                help="list every symptom doctor knows and the checks it runs, and "
-                    "exit")] = False) -> None:
+                    "exit")] = False,
+           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
+           become_user: BecomeUserOpt = None, user: UserOpt = None,
+           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
     """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose
 
     matches = diagnose(symptom)
+    ids: list[str] | None = None
     if not matches:
         console().print("no known failure matches; running every check")
-        _verify(inventory, vault_password_file, None, False, None, False, None)
-        return
-    ids: list[str] = []
-    for why, checks in matches:
-        console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
-        ids += [c for c in checks if c not in ids]
-    _verify(inventory, vault_password_file, ids, False, None, True, None)
+    else:
+        ids = []
+        for why, checks in matches:
+            console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
+            ids += [c for c in checks if c not in ids]
+    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
+                                    forks)) as connection:
+        _verify(inventory, vault_password_file, ids, False, None, ids is not None, None,
+                connection=connection)

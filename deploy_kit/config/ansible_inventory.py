@@ -10,6 +10,7 @@ each value with its origin), so problems still name file and key.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,10 @@ def _plugins_ready() -> None:
     init_plugin_loader()
 
 
-def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
+def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
+                      ) -> RawInventory:
+    """One inventory from one source or several (Ansible merges them as for several -i);
+    the first source is the inventory's root and its name in messages."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -48,6 +52,9 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
     from ansible.vars.manager import VariableManager
 
     _plugins_ready()
+    every = [sources] if isinstance(sources, Path) else list(sources)
+    source = every[0]
+    named = " ".join(f"-i {p}" for p in every)
     root = source if source.is_dir() else source.parent
     secrets = [("default", VaultSecret(vault_password.encode()))] if vault_password else []
     loader = DataLoader()
@@ -59,12 +66,12 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
                        vault_files=set(), locked_vault_files=[], problems=problems,
                        source=source)
     try:
-        inventory = InventoryManager(loader=loader, sources=[str(source)])
+        inventory = InventoryManager(loader=loader, sources=[str(p) for p in every])
         variables = VariableManager(loader=loader, inventory=inventory)
         found = inventory.get_hosts()
         if not found:
             problems.append(Problem(str(source), "(inventory)", "Ansible found no host in it",
-                                    f"check it with `ansible-inventory -i {source} --graph`"))
+                                    f"check it with `ansible-inventory {named} --graph`"))
             raw.hosts_file_broken = True
             return raw
         for host in found:
@@ -72,9 +79,12 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
             if problem:
                 problems.append(Problem(str(source), host.name, problem, "rename the host"))
                 continue
-            entry = RawHost(name=host.name, groups={g.name for g in host.get_groups()}
+            # str(): names read from YAML sources are Ansible's tagged strings, which
+            # deploykit's own YAML writers (render) cannot represent
+            entry = RawHost(name=str(host.name), groups={str(g.name) for g in host.get_groups()}
                             - {"all", "ungrouped"})
-            for key, value in variables.get_vars(host=host, include_hostvars=False).items():
+            for tagged, value in variables.get_vars(host=host, include_hostvars=False).items():
+                key = str(tagged)
                 if key in MAGIC:
                     continue
                 origin = _origin(value) or str(source)
@@ -86,12 +96,12 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
                 entry.sources[key] = origin
                 if vaulted:
                     raw.vaulted_keys.add((origin, key))
-            hosts[host.name] = entry
-        raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
+            hosts[entry.name] = entry
+        raw.group_depth = {str(g.name): g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
         message = str(getattr(exc, "message", exc)).splitlines()[0]
         fix = "pass --vault-password-file" if "vault" in message.lower() else \
-            f"check it with `ansible-inventory -i {source} --list`"
+            f"check it with `ansible-inventory {named} --list`"
         problems.append(Problem(str(source), "(inventory)", f"Ansible: {message}", fix))
         raw.hosts_file_broken = True
         return raw

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+from deploy_kit.config.ansible_inventory import load_with_ansible
 from deploy_kit.config.fit import with_server_l1
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.rules import validate_site
@@ -84,9 +86,18 @@ def read_vault_password(path: Path | None) -> str | None:
         raise refuse(str(exc.strerror)) from None
 
 
-def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
-    path = resolve_inventory_path(inventory, project_dir())
-    raw = load_inventory(path, read_vault_password(vault_password_file), collect=True)
+def open_site(inventory: str | Sequence[str], vault_password_file: Path | None = None
+              ) -> Site:
+    """The site of one inventory source, or of several merged into one inventory as Ansible
+    merges several -i (read through Ansible's own loader; paths in values resolve against the
+    first source)."""
+    names = [inventory] if isinstance(inventory, str) else list(inventory)
+    paths = list(dict.fromkeys(resolve_inventory_path(n, project_dir()) for n in names))
+    password = read_vault_password(vault_password_file)
+    if len(paths) == 1:
+        raw = load_inventory(paths[0], password, collect=True)
+    else:
+        raw = load_with_ansible(paths, password)
     problems = list(raw.problems)
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
@@ -96,4 +107,4 @@ def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
         raise InventoryError(problems)
     if vault_password_file is not None:
         site = dataclasses.replace(site, vault_password_file=vault_password_file.resolve())
-    return site
+    return dataclasses.replace(site, extra_sources=tuple(paths[1:]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import os
@@ -74,10 +75,19 @@ class Site:
     vault_password_file: Path | None = None
     # what Ansible's -i gets: the directory (root), or the inventory file or script
     source: Path | None = None
+    # every further -i: Ansible merges all sources into one inventory
+    extra_sources: tuple[Path, ...] = ()
+    # how Ansible reaches the hosts outside a playbook run (-u, --private-key, -b, ...)
+    connection: tuple[str, ...] = ()
 
     @property
     def inventory_source(self) -> Path:
         return self.source or self.root
+
+    @property
+    def inventory_sources(self) -> list[Path]:
+        """One -i each, in the order given."""
+        return [self.inventory_source, *self.extra_sources]
 
     def group(self, name: str) -> list[Host]:
         return [h for h in self.hosts.values() if name in h.groups]
@@ -93,9 +103,8 @@ class Site:
         return first[0].source(key, self.hosts_file) if first else self.hosts_file
 
     def limit(self, names: set[str]) -> Site:
-        return Site(self.name, self.root, self.hosts_file,
-                    {n: h for n, h in self.hosts.items() if n in names}, self.secrets_locked,
-                    self.rejected_groups, self.vault_password_file, self.source)
+        return dataclasses.replace(
+            self, hosts={n: h for n, h in self.hosts.items() if n in names})
 
 
 def _fix_for(error: dict[str, Any]) -> str:

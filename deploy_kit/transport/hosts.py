@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,8 +166,11 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
             host_errors[host] = _reason(res, unreachable=kind == "runner_on_unreachable")
         return False  # keep nothing on disk: outputs may hold a host's S3 keys
 
-    cmdline = [] if "ANSIBLE_FORKS" in os.environ else ["--forks",
-                                                        str(max(1, min(hosts, READ_FORKS)))]
+    # -f given to deploykit wins, then ANSIBLE_FORKS, then READ_FORKS (not ansible.cfg's
+    # forks, which is sized for a converge)
+    cmdline = list(site.connection)
+    if "--forks" not in cmdline and "ANSIBLE_FORKS" not in os.environ:
+        cmdline += ["--forks", str(max(1, min(hosts, READ_FORKS)))]
     if site.vault_password_file is not None:
         cmdline += ["--vault-password-file", str(site.vault_password_file)]
     with tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
@@ -178,8 +182,10 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
         extra.write_text(json.dumps(variables))
         cmdline += ["-e", f"@{extra}"]
         result = ansible_runner.run(
-            private_data_dir=private, playbook=str(root / "play.yml"),
-            inventory=str(site.inventory_source), cmdline=" ".join(cmdline), envvars=ansible_env(),
+            # ansible-playbook runs in the user's working directory (./ansible.cfg applies)
+            private_data_dir=private, project_dir=os.getcwd(), playbook=str(root / "play.yml"),
+            inventory=[str(p) for p in site.inventory_sources], cmdline=shlex.join(cmdline),
+            envvars=ansible_env(),
             quiet=True, event_handler=on_event, rotate_artifacts=1, suppress_env_files=True)
     return _Outcome(items, host_errors, str(result.status))
 

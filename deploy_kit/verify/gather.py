@@ -124,26 +124,59 @@ def object_size(site: Site) -> int:
     return plan.models[0].object_bytes if plan.models else 8 * MIB
 
 
-def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) -> Observation:
+# check tag -> the group whose hosts its observations come from (ceph: the first admin)
+AREAS = (("ceph", "ceph_admin"), ("consul", "consul_servers"), ("dns", "dns"), ("s3", "rgw"),
+         ("tls", "rgw"), ("vllm", "vllm"), ("lmcache", "vllm"))
+
+
+def outside_limit(site: Site, reach: set[str] | None, consul: bool) -> dict[str, str]:
+    """check tag -> why its checks observe nothing under --limit: every host they read is
+    outside it (pure)."""
+    if reach is None:
+        return {}
+    reasons: dict[str, str] = {}
+    for tag, group in AREAS:
+        members = site.group(group)[:1] if group == "ceph_admin" else site.group(group)
+        if group == "consul_servers" and not consul:
+            continue
+        if members and not any(h.name in reach for h in members):
+            reasons[tag] = (f"needs {group} ({', '.join(h.name for h in members)}), "
+                            "outside --limit")
+    return reasons
+
+
+def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
+           reach: set[str] | None = None) -> Observation:
+    """Probe the site; with `reach` (verify --limit) contact only those hosts, by Ansible or
+    directly: what the inventory plans still comes from every host, and the checks whose
+    hosts are all outside say so (Observation.outside_limit)."""
     obs = planned(site)
+    obs.outside_limit = outside_limit(site, reach, obs.consul is not None)
+
+    def within(hosts: list[Host]) -> list[Host]:
+        return [h for h in hosts if reach is None or h.name in reach]
+
     s = site.settings
     names = [obs.fqdn, f"{obs.bucket}.{obs.fqdn}"]
+    rgw_reached = sorted(h.address for h in within(site.group("rgw")))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         dns_jobs = [pool.submit(dns_probe.ask, server, name, transport, s.coredns_port)
-                    for server in obs.dns_servers for name in names
-                    for transport in ("udp", "tcp")]
+                    for server in sorted(h.address for h in within(site.group("dns")))
+                    for name in names for transport in ("udp", "tcp")]
         conc_jobs = [pool.submit(http_probe.concentrator, a, s.deploykit_s3_port,
                                  s.ceph_rgw_concentrator_monitor_port, s.deploykit_s3_tls)
-                     for a in obs.rgw_addresses]
+                     for a in rgw_reached]
         # TLS: the handshake LMCache makes (SNI <bucket>.<fqdn>) against the site CA
         tls_jobs = [pool.submit(tls_probe.probe, a, s.deploykit_s3_port,
                                 f"{obs.bucket}.{obs.fqdn}", tls.ca_cert_path(site.root, s))
-                    for a in obs.rgw_addresses] if s.deploykit_s3_tls else []
+                    for a in rgw_reached] if s.deploykit_s3_tls else []
         # every read on a host, in one Ansible run beside the network probes
-        admin = site.group("ceph_admin")[:1]
-        serving = site.group("vllm")
+        admin = within(site.group("ceph_admin")[:1])
+        serving = within(site.group("vllm"))
         # Consul's API listens on loopback: each server reads its own agent's view
-        consul_servers = site.group("consul_servers") if obs.consul is not None else []
+        consul_servers = within(site.group("consul_servers")) if obs.consul is not None else []
+        if not consul_servers:
+            obs.consul = None  # no server to ask: its checks skip, naming why
         shell_jobs = [(h, serving_probe.script(h, names)) for h in serving] + \
             [(a, ceph_probe.script(a)) for a in admin] + \
             [(h, consul_probe.script(s.consul_http_port, s.consul_service_name))
@@ -151,7 +184,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         shell_job = pool.submit(run_many, site, shell_jobs, ceph_probe.TIMEOUT)
         site_plan = build_plan(site) if serving else None
         obs.serving_groups = site_plan.serving_groups if site_plan else []
-        cache_job = pool.submit(cache_probe.probe, site.group("vllm"))
+        cache_job = pool.submit(cache_probe.probe, serving)
         obs.dns = [j.result() for j in dns_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.tls = [j.result() for j in tls_jobs]
@@ -174,13 +207,14 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None) ->
         if admin:
             obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = \
                 ceph_probe.parse(admin[0], shell[len(serving)])
-        obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site))
+        obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site), rgw_reached)
     return obs
 
 
-def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> list[S3Probe]:
+def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
+        reached: list[str]) -> list[S3Probe]:
     """Each serving host's profile signs one HEAD; the first good one round-trips a chunk
-    through every healthy address."""
+    through every healthy address (of the gateways within --limit)."""
     port, region = site.settings.deploykit_s3_port, obs.region
     # https with the site CA as the only anchor and SNI/name = the Host header, as LMCache
     context = None
@@ -191,8 +225,7 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int) -> li
             obs.probe_errors.append(f"site CA: {exc}")
             return []
     host_header = f"{obs.bucket}.{obs.fqdn}"
-    healthy = [c.address for c in obs.concentrators if c.health_status == 200] or \
-        obs.rgw_addresses
+    healthy = [c.address for c in obs.concentrators if c.health_status == 200] or reached
     if not healthy:
         return []
     jobs = []

@@ -291,6 +291,8 @@ class Observation:
     remote_alone: dict[str, str] = field(default_factory=dict)  # host -> why it has no pair
     tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> Ansible's reason
+    # verify --limit: check tag -> why its checks observed nothing (their hosts are outside)
+    outside_limit: dict[str, str] = field(default_factory=dict)
     # `plan`'s break-even per serving group, and the last bench storage measurement
     serving_groups: list[Any] = field(default_factory=list)  # plan.breakeven groups
     storage: StorageMeasurement | None = None
@@ -325,7 +327,9 @@ def evaluate(observation: Observation, only: set[str] | None = None) -> list[Fin
             continue
         produced = list(c.evaluate(observation))
         if not produced:
-            produced = [Finding(check_id, Status.SKIP, "-", "nothing to check")]
+            why = next((observation.outside_limit[t] for t in c.tags
+                        if t in observation.outside_limit), "nothing to check")
+            produced = [Finding(check_id, Status.SKIP, "-", why)]
         if c.severity == "warning":
             produced = [Finding(f.check, Status.WARN, f.target, f.message, f.hint)
                         if f.status == Status.FAIL else f for f in produced]

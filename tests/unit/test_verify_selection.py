@@ -43,3 +43,41 @@ def test_verify_refuses_an_unknown_check_and_an_empty_limit_with_exit_2(
     empty = run_cli("verify", "-i", inventory, "--limit", "vllm_cuda")
     assert empty.returncode == 2 and "matches no host" in empty.stderr, empty
     assert time.monotonic() - started < 5  # refused before any probe ran
+
+
+def test_a_limit_names_the_groups_whose_checks_it_leaves_without_hosts(
+        make_inventory: InventoryFactory) -> None:
+    """verify --limit: checks whose every host is outside skip, naming the group they need;
+    a group with one host inside is read (its checks run on that host)."""
+    import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+    from deploy_kit.verify.gather import outside_limit, planned
+    from deploy_kit.verify.model import Status, evaluate
+
+    site = open_site(str(make_inventory()))
+    assert outside_limit(site, None, consul=True) == {}
+    why = outside_limit(site, {"gpu1", "rgw1"}, consul=True)
+    assert why == {"ceph": "needs ceph_admin (adm1), outside --limit",
+                   "consul": "needs consul_servers (c1), outside --limit",
+                   "dns": "needs dns (dns1), outside --limit"}
+    assert "consul" not in outside_limit(site, {"gpu1"}, consul=False)
+    obs = planned(site)
+    obs.outside_limit = why
+    found = {f.check: f for f in evaluate(obs, {"ceph-pools", "s3-roundtrip"})}
+    assert (found["ceph-pools"].status, found["ceph-pools"].message) == (Status.SKIP, why["ceph"])
+    assert found["s3-roundtrip"].message == "nothing to check"  # rgw1 is inside the limit
+
+
+def test_limit_takes_ansibles_exclusions_intersections_and_regexes(
+        make_inventory: InventoryFactory) -> None:
+    site = open_site(str(make_inventory()))
+    assert limited_hosts(site, "vllm:!gpu2") == {"gpu1"}
+    assert limited_hosts(site, "rgw:&rgw1") == {"rgw1"}
+    assert limited_hosts(site, "!vllm") == {"adm1", "rgw1", "rgw2", "c1", "dns1"}
+    assert limited_hosts(site, "~gpu[12]") == {"gpu1", "gpu2"}
+    with pytest.raises(SelectionError, match="matches no host"):
+        limited_hosts(site, "vllm:!gpu9")
+    with pytest.raises(SelectionError, match="leaves no host"):
+        limited_hosts(site, "vllm:&rgw")
+    with pytest.raises(SelectionError, match="subscripts"):
+        limited_hosts(site, "vllm[0]")
+    assert limited_hosts(site, "gpu[!2]") == {"gpu1"}  # a glob class, not a subscript

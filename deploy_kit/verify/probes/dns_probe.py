@@ -18,7 +18,9 @@ def ask(server: str, name: str, transport: str, port: int = 53,
     try:
         send = dns.query.udp if transport == "udp" else dns.query.tcp
         reply = send(query, server, port=port, timeout=timeout)
-    except (dns.exception.DNSException, OSError) as exc:
+    # EOFError: a server (or a middlebox) closed the TCP connection without an answer;
+    # uncaught, Click would read it as end of input and verify would exit 130
+    except (dns.exception.DNSException, OSError, EOFError) as exc:
         answer.error = f"{type(exc).__name__}: {exc}"
         return answer
     if reply.rcode() != dns.rcode.NOERROR:
