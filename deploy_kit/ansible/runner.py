@@ -8,6 +8,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,9 +47,10 @@ def ansible_env() -> dict[str, str]:
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
 
 
-def run_playbook(request: RunRequest, console: Console,
-                 record_dir: Path) -> tuple[RunRecord, Path, int]:
-    """Run one playbook; returns the record and the run directory (summary.json inside)."""
+def run_playbook(request: RunRequest, console: Console, record_dir: Path,
+                 env: Mapping[str, str] | None = None) -> tuple[RunRecord, Path, int]:
+    """Run one playbook; returns the record and the run directory (summary.json inside).
+    `env`: variables for this run on top of ansible_env() (vault handover: paths only)."""
     import ansible_runner
 
     record = RunRecord()
@@ -83,7 +85,7 @@ def run_playbook(request: RunRequest, console: Console,
         return True  # True: let ansible-runner keep the event (stats come from it)
 
     project = project_dir()
-    env = ansible_env()
+    env = {**ansible_env(), **(env or {})}
     with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
         os.chmod(private, 0o700)
         try:

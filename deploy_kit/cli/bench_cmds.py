@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.options import InventoryOpt, VaultOpt
+from deploy_kit.cli.options import (
+    AskVaultOpt,
+    InventoryOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
+)
 from deploy_kit.console import console
 
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the cache tier.")
@@ -35,15 +41,18 @@ def bench_storage(inventory: InventoryOpt,
                       min=0.001, max=4096,
                       help="object size instead of the plan's per-rank chunk object (e.g. "
                            "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
-                  vault_password_file: VaultOpt = None) -> None:
+                  vault_id: VaultIdOpt = None,
+                  vault_password_file: VaultPasswordFileOpt = None,
+                  ask_vault_pass: AskVaultOpt = False) -> None:
     """Chunk-sized PUT/GET/HEAD through the S3 name: awscrt vs boto3, thread sweep."""
     from deploy_kit.bench.storage import describe, run
     from deploy_kit.config.open import open_site
 
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
     with console().status("measuring S3 through the name…"):
-        result = run(open_site(inventory, vault_password_file), sweep, objects, out,
+        result = run(open_site(inventory, secrets), sweep, objects, out,
                      int(object_mib * 2**20) if object_mib else None)
     for line in describe(result):
         console().print(line, markup=False, soft_wrap=True)
@@ -65,7 +74,9 @@ def bench_ttft(inventory: InventoryOpt,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "
                                  "objects without asking (any site but the lab)")] = False,
-               vault_password_file: VaultOpt = None) -> None:
+               vault_id: VaultIdOpt = None,
+               vault_password_file: VaultPasswordFileOpt = None,
+               ask_vault_pass: AskVaultOpt = False) -> None:
     """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length.
 
     It restarts vLLM and the LMCache server on the first serving host (each repeat) and
@@ -78,7 +89,8 @@ def bench_ttft(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
     if not yes and site.name != "lab":
         if not sys.stdin.isatty():

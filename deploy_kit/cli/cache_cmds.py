@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.options import InventoryOpt, ModelOpt, VaultOpt
+from deploy_kit.cli.options import (
+    AskVaultOpt,
+    InventoryOpt,
+    ModelOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
+)
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import DeployKitError
 
@@ -17,14 +24,17 @@ cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the b
 @cache_app.command("stats")
 def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
                 as_json: Annotated[bool, typer.Option("--json")] = False,
-                vault_password_file: VaultOpt = None) -> None:
+                vault_id: VaultIdOpt = None,
+                vault_password_file: VaultPasswordFileOpt = None,
+                ask_vault_pass: AskVaultOpt = False) -> None:
     """Count, bytes and age of cache objects per model / TP×PP / dtype."""
     from deploy_kit.cache.keys import aggregate
     from deploy_kit.cache.store import list_model_objects, list_objects, open_bucket
     from deploy_kit.config.open import open_site
     from deploy_kit.console import human_bytes
 
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     bucket = open_bucket(site)
     groups, foreign = aggregate(list_model_objects(bucket, model) if model else
                                 list_objects(bucket))
@@ -57,12 +67,15 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
 def cache_purge(inventory: InventoryOpt,
                 model: Annotated[str, typer.Option("--model", help="model string as served")],
                 yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
-                vault_password_file: VaultOpt = None) -> None:
+                vault_id: VaultIdOpt = None,
+                vault_password_file: VaultPasswordFileOpt = None,
+                ask_vault_pass: AskVaultOpt = False) -> None:
     """Delete every cache object of one model (e.g. between TTFT runs)."""
     from deploy_kit.cache.store import delete_objects, list_model_objects, open_bucket
     from deploy_kit.config.open import open_site
 
-    bucket = open_bucket(open_site(inventory, vault_password_file))
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    bucket = open_bucket(open_site(inventory, secrets))
     objects = list_model_objects(bucket, model)
     if not objects:
         console().print(f"no cache objects for {model}")

@@ -7,13 +7,21 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.options import InventoryOpt, VaultOpt
+from deploy_kit.cli.options import (
+    AskVaultOpt,
+    InventoryOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
+)
 from deploy_kit.console import console, data_console, stdout
 
 
 def plan(inventory: InventoryOpt,
          as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
-         vault_password_file: VaultOpt = None) -> None:
+         vault_id: VaultIdOpt = None,
+         vault_password_file: VaultPasswordFileOpt = None,
+         ask_vault_pass: AskVaultOpt = False) -> None:
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
@@ -21,7 +29,8 @@ def plan(inventory: InventoryOpt,
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
 
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
     if as_json:
@@ -35,7 +44,9 @@ def plan(inventory: InventoryOpt,
 
 def render(inventory: InventoryOpt,
            out: Annotated[Path, typer.Option("--out", "-o", help="output directory")],
-           vault_password_file: VaultOpt = None,
+           vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False,
            for_roles: Annotated[bool, typer.Option(
                "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False
            ) -> None:
@@ -47,7 +58,8 @@ def render(inventory: InventoryOpt,
 
     if out.exists() and not out.is_dir():
         raise typer.BadParameter(f"{out} exists and is not a directory", param_hint="--out")
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
         from deploy_kit.cli.converge_cmds import issue_tls
@@ -61,12 +73,15 @@ def render(inventory: InventoryOpt,
                         "credentials files hold <vault:…> markers")
 
 
-def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+             vault_password_file: VaultPasswordFileOpt = None,
+             ask_vault_pass: AskVaultOpt = False) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
     from deploy_kit.config.open import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
 
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
 
@@ -76,7 +91,9 @@ def wheelhouse(inventory: InventoryOpt,
                                                  )] = Path("wheelhouse"),
                python: Annotated[str, typer.Option(help="the serving hosts' python3")] = "3.11",
                glibc: Annotated[str, typer.Option(help="the serving hosts' glibc")] = "2.36",
-               vault_password_file: VaultOpt = None) -> None:
+               vault_id: VaultIdOpt = None,
+               vault_password_file: VaultPasswordFileOpt = None,
+               ask_vault_pass: AskVaultOpt = False) -> None:
     """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
     Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
@@ -85,7 +102,8 @@ def wheelhouse(inventory: InventoryOpt,
 
     if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):
         raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     recipes = sorted({Recipe(h.config.vllm_accelerator or "cuda", h.config.vllm_version,
                              h.config.lmcache_version, python, glibc,
                              nixl=h.config.lmcache_mode == "nixl")

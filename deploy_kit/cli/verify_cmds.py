@@ -10,7 +10,14 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from deploy_kit.cli.options import InventoryOpt, LimitOpt, VaultOpt
+from deploy_kit.cli.options import (
+    AskVaultOpt,
+    InventoryOpt,
+    LimitOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
+)
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
 
@@ -32,7 +39,7 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def _verify(site_name: str, vault_password_file: Path | None, requested: list[str] | None,
+def _verify(site_name: str, vault: VaultOptions, requested: list[str] | None,
             as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
             roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
@@ -45,7 +52,7 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    site = open_site(site_name, vault_password_file)
+    site = open_site(site_name, vault.secrets())
     try:
         only = check_ids(requested, list(CHECKS))
         # --limit narrows the serving hosts; the storage and DNS hosts every check reads stay
@@ -86,7 +93,9 @@ def _verify(site_name: str, vault_password_file: Path | None, requested: list[st
                            hint="is the site deployed, and are its hosts in this inventory?")
 
 
-def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
+def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False,
            check: Annotated[list[str] | None, typer.Option(
                "--check", help="only these check ids")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="findings as JSON")] = False,
@@ -106,24 +115,27 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
                                         "compares with")] = Path(
                "runs/bench-storage/storage.json")) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
-    _verify(inventory, vault_password_file, check, as_json, junit,
-            verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
-            storage_result)
+    _verify(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), check,
+            as_json, junit, verbose, limit, roundtrip,
+            roundtrip_store.value if roundtrip_store else None, storage_result)
 
 
 def doctor(symptom: Annotated[str, typer.Argument(help="an error text or symptom")],
-           inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+           inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False) -> None:
     """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose
 
+    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
     matches = diagnose(symptom)
     if not matches:
         console().print("no known failure matches; running every check")
-        _verify(inventory, vault_password_file, None, False, None, False, None)
+        _verify(inventory, vault, None, False, None, False, None)
         return
     ids: list[str] = []
     for why, checks in matches:
         console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
         ids += [c for c in checks if c not in ids]
-    _verify(inventory, vault_password_file, ids, False, None, True, None)
+    _verify(inventory, vault, ids, False, None, True, None)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
-from deploy_kit.core.errors import Problem
+from deploy_kit.config.vault import VaultSecrets, fix_for
+from deploy_kit.core.errors import InventoryError, Problem
 
 # What VariableManager adds beside the inventory's own variables
 MAGIC = frozenset({
@@ -40,26 +41,26 @@ def _plugins_ready() -> None:
     init_plugin_loader()
 
 
-def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
+def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
+    """Every source merged as ansible-playbook merges several -i (the first names the
+    site: its directory is the root)."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
-    from ansible.parsing.vault import VaultLib, VaultSecret
     from ansible.vars.manager import VariableManager
 
     _plugins_ready()
+    source = sources[0]
     root = source if source.is_dir() else source.parent
-    secrets = [("default", VaultSecret(vault_password.encode()))] if vault_password else []
     loader = DataLoader()
-    loader.set_vault_secrets(secrets)
-    vault = VaultLib(secrets)
+    loader.set_vault_secrets(list(vault.pairs))
     problems: list[Problem] = []
     hosts: dict[str, RawHost] = {}
     raw = RawInventory(root=root, hosts_file=source, hosts=hosts, group_depth={},
                        vault_files=set(), locked_vault_files=[], problems=problems,
                        source=source)
     try:
-        inventory = InventoryManager(loader=loader, sources=[str(source)])
+        inventory = InventoryManager(loader=loader, sources=[str(s) for s in sources])
         variables = VariableManager(loader=loader, inventory=inventory)
         found = inventory.get_hosts()
         if not found:
@@ -79,7 +80,10 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
                     continue
                 origin = _origin(value) or str(source)
                 try:
-                    entry.vars[key], vaulted = _plain(value, vault)
+                    entry.vars[key], vaulted = _plain(value, vault, origin, key)
+                except InventoryError as exc:
+                    problems += exc.problems
+                    continue
                 except _Locked:
                     raw.locked_vault_files.append(f"{origin}: {key}")
                     continue
@@ -89,16 +93,35 @@ def load_with_ansible(source: Path, vault_password: str | None) -> RawInventory:
             hosts[host.name] = entry
         raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
-        message = str(getattr(exc, "message", exc)).splitlines()[0]
-        fix = "pass --vault-password-file" if "vault" in message.lower() else \
-            f"check it with `ansible-inventory -i {source} --list`"
-        problems.append(Problem(str(source), "(inventory)", f"Ansible: {message}", fix))
+        problems.append(_ansible_problem(exc, source, vault))
         raw.hosts_file_broken = True
         return raw
     # a whole-file vault is decrypted by Ansible: its values count as vaulted
     raw.vault_files = {origin for h in hosts.values() for origin in h.sources.values()
                        if _encrypted_file(origin)}
     return raw
+
+
+def _ansible_problem(exc: Exception, source: Path, vault: VaultSecrets) -> Problem:
+    """One line for what Ansible refused; a vault file it could not open is named with the
+    ids given and the id it wants."""
+    message = str(getattr(exc, "message", exc)).splitlines()[0]
+    if "vault" not in message.lower():
+        return Problem(str(source), "(inventory)", f"Ansible: {message}",
+                       f"check it with `ansible-inventory -i {source} --list`")
+    origin = getattr(exc, "obj", None)
+    path = str(getattr(origin, "path", None) or _vault_file_in(message) or source)
+    try:
+        with open(path) as handle:
+            return vault.cannot_decrypt(handle.read(4096), path)
+    except OSError:
+        return Problem(path, "(file)", f"Ansible: {message}", fix_for(None))
+
+
+def _vault_file_in(message: str) -> str | None:
+    """The path in Ansible's `Decryption failed (…) on PATH`, if any."""
+    tail = message.rsplit(" on ", 1)
+    return tail[1].strip() if len(tail) == 2 and tail[1].strip().startswith("/") else None
 
 
 def _origin(value: Any) -> str | None:
@@ -114,7 +137,7 @@ def _origin(value: Any) -> str | None:
     return None
 
 
-def _plain(value: Any, vault: Any) -> tuple[Any, bool]:
+def _plain(value: Any, vault: VaultSecrets, origin: str, key: str) -> tuple[Any, bool]:
     """(value as plain JSON types, whether an inline vault value was decrypted in it)."""
     vaulted = False
 
@@ -123,11 +146,11 @@ def _plain(value: Any, vault: Any) -> tuple[Any, bool]:
         ciphertext = getattr(obj, "_ciphertext", None)
         if ciphertext is None:
             return str(obj)  # a date, a tagged scalar JSON does not know
-        if not vault.secrets:
+        if not vault:
             raise _Locked
         vaulted = True
-        text = ciphertext if isinstance(ciphertext, bytes) else str(ciphertext).encode()
-        return vault.decrypt(text).decode()
+        text = ciphertext.decode() if isinstance(ciphertext, bytes) else str(ciphertext)
+        return vault.decrypt(text, origin, key)
 
     return json.loads(json.dumps(value, default=decrypt)), vaulted
 

@@ -167,9 +167,9 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
 
     cmdline = [] if "ANSIBLE_FORKS" in os.environ else ["--forks",
                                                         str(max(1, min(hosts, READ_FORKS)))]
-    if site.vault_password_file is not None:
-        cmdline += ["--vault-password-file", str(site.vault_password_file)]
-    with tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
+    with site.vault.materialized() as vault, \
+            tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
+        cmdline += vault.argv
         os.chmod(private, 0o700)
         root = Path(private)
         (root / "play.yml").write_text(PLAY)
@@ -179,7 +179,8 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
         cmdline += ["-e", f"@{extra}"]
         result = ansible_runner.run(
             private_data_dir=private, playbook=str(root / "play.yml"),
-            inventory=str(site.inventory_source), cmdline=" ".join(cmdline), envvars=ansible_env(),
+            inventory=[str(p) for p in site.inventory_sources], cmdline=" ".join(cmdline),
+            envvars={**ansible_env(), **vault.env},
             quiet=True, event_handler=on_event, rotate_artifacts=1, suppress_env_files=True)
     return _Outcome(items, host_errors, str(result.status))
 
