@@ -93,7 +93,7 @@ def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
             hosts[host.name] = entry
         raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
-        problems.append(_ansible_problem(exc, source, vault))
+        problems.append(_ansible_problem(exc, sources, vault))
         raw.hosts_file_broken = True
         return raw
     # a whole-file vault is decrypted by Ansible: its values count as vaulted
@@ -102,26 +102,45 @@ def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
     return raw
 
 
-def _ansible_problem(exc: Exception, source: Path, vault: VaultSecrets) -> Problem:
+def _ansible_problem(exc: BaseException, sources: list[Path], vault: VaultSecrets) -> Problem:
     """One line for what Ansible refused; a vault file it could not open is named with the
     ids given and the id it wants."""
+    source = sources[0]
     message = str(getattr(exc, "message", exc)).splitlines()[0]
     if "vault" not in message.lower():
         return Problem(str(source), "(inventory)", f"Ansible: {message}",
                        f"check it with `ansible-inventory -i {source} --list`")
-    origin = getattr(exc, "obj", None)
-    path = str(getattr(origin, "path", None) or _vault_file_in(message) or source)
-    try:
-        with open(path) as handle:
-            return vault.cannot_decrypt(handle.read(4096), path)
-    except OSError:
-        return Problem(path, "(file)", f"Ansible: {message}", fix_for(None))
+    ciphertext = _ciphertext_in(exc)
+    if ciphertext is None:
+        return Problem(str(source), "(file)", f"Ansible: {message}", fix_for(None))
+    return vault.cannot_decrypt(ciphertext, _vault_file_of(ciphertext, sources) or str(source))
 
 
-def _vault_file_in(message: str) -> str | None:
-    """The path in Ansible's `Decryption failed (…) on PATH`, if any."""
-    tail = message.rsplit(" on ", 1)
-    return tail[1].strip() if len(tail) == 2 and tail[1].strip().startswith("/") else None
+def _ciphertext_in(exc: BaseException | None) -> str | None:
+    """The vault text Ansible failed on (its AnsibleVaultError carries it as `obj`)."""
+    while exc is not None:
+        obj = getattr(exc, "obj", None)
+        if isinstance(obj, bytes | str):
+            text = obj.decode(errors="replace") if isinstance(obj, bytes) else obj
+            if text.startswith(VAULT_HEADER):
+                return text
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _vault_file_of(ciphertext: str, sources: list[Path]) -> str | None:
+    """Which group_vars/host_vars file beside a source holds this vault text."""
+    for source in sources:
+        root = source if source.is_dir() else source.parent
+        for folder in ("group_vars", "host_vars"):
+            for path in sorted((root / folder).rglob("*")) if (root / folder).is_dir() else []:
+                if path.is_file() and _encrypted_file(str(path)):
+                    try:
+                        if path.read_text().strip() == ciphertext.strip():
+                            return str(path)
+                    except (OSError, UnicodeDecodeError):
+                        continue
+    return None
 
 
 def _origin(value: Any) -> str | None:

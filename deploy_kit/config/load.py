@@ -118,7 +118,7 @@ def _open_inline_vault(data: dict[str, Any], path: Path, vault: VaultSecrets,
 
 
 def _decrypt(text: str, vault: VaultSecrets, path: Path, problems: list[Problem],
-             key: str = "vault") -> str:
+             key: str = "(file)") -> str:
     """Ansible's VaultLib over every secret given (a 1.2 file is matched by its id)."""
     try:
         return vault.decrypt(text, str(path), key)
