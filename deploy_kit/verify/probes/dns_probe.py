@@ -21,6 +21,9 @@ def ask(server: str, name: str, transport: str, port: int = 53,
     except (dns.exception.DNSException, OSError) as exc:
         answer.error = f"{type(exc).__name__}: {exc}"
         return answer
+    except EOFError:  # TCP: the server (or a middlebox) closed before answering
+        answer.error = "EOFError: the server closed the connection without an answer"
+        return answer
     if reply.rcode() != dns.rcode.NOERROR:
         answer.error = dns.rcode.to_text(reply.rcode())
         return answer
