@@ -37,8 +37,10 @@ class _Locked(Exception):
 @cache
 def _plugins_ready() -> None:
     from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
 
-    init_plugin_loader()
+    if AnsibleCollectionConfig.collection_finder is None:  # else: inside ansible-playbook
+        init_plugin_loader()
 
 
 def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
@@ -69,13 +71,16 @@ def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
             raw.hosts_file_broken = True
             return raw
         for host in found:
-            problem = name_problem(host.name)
+            # str(): ansible-core 2.19 tags names with their origin (YAML cannot dump those)
+            name = str(host.name)
+            problem = name_problem(name)
             if problem:
-                problems.append(Problem(str(source), host.name, problem, "rename the host"))
+                problems.append(Problem(str(source), name, problem, "rename the host"))
                 continue
-            entry = RawHost(name=host.name, groups={g.name for g in host.get_groups()}
+            entry = RawHost(name=name, groups={str(g.name) for g in host.get_groups()}
                             - {"all", "ungrouped"})
-            for key, value in variables.get_vars(host=host, include_hostvars=False).items():
+            for tagged, value in variables.get_vars(host=host, include_hostvars=False).items():
+                key = str(tagged)
                 if key in MAGIC:
                     continue
                 origin = _origin(value) or str(source)
@@ -90,8 +95,8 @@ def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
                 entry.sources[key] = origin
                 if vaulted:
                     raw.vaulted_keys.add((origin, key))
-            hosts[host.name] = entry
-        raw.group_depth = {g.name: g.depth for g in inventory.groups.values()}
+            hosts[name] = entry
+        raw.group_depth = {str(g.name): g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
         problems.append(_ansible_problem(exc, sources, vault))
         raw.hosts_file_broken = True

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
-
 from ansible_collections.deploykit.kvcache.plugins.module_utils.deploykit_controller import (
     failure,
     open_site,

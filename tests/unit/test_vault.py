@@ -237,6 +237,9 @@ def test_several_sources_merge_as_several_dash_i(make_inventory: InventoryFactor
     extra.write_text("[vllm]\ngpu9 ansible_host=10.0.1.9 vllm_accelerator=cuda\n")
     site = open_site([str(root), str(extra)])
     assert "gpu9" in site.hosts and "gpu1" in site.hosts
+    # plain str, not ansible-core's origin-tagged str (the render's YAML cannot dump those)
+    assert {type(n) for n in site.hosts} == {str}
+    assert {type(g) for h in site.hosts.values() for g in h.groups} == {str}
     assert site.inventory_sources == (root, extra)
     assert open_site(str(root)).inventory_sources == (root,)
 
