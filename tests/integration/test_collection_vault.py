@@ -144,3 +144,31 @@ def test_the_verify_playbook_writes_the_report_and_fails_on_fail(
     assert {f["status"] for f in doc["findings"]} >= {"fail"}
     assert FQDN in json.dumps(doc)  # the checks asked for the vaulted name
     print(f"verify playbook: {seconds:.1f} s, {doc['failed']} FAIL")
+
+
+def test_up_reads_each_identity_once_and_hands_ansible_files(
+        site: tuple[Path, Path], tmp_path: Path) -> None:
+    """ANSIBLE_VAULT_IDENTITY_LIST names a password script: deploykit runs it once, and the
+    ansible-playbook it starts gets a 0600 file instead (the script would run again; a
+    prompt would ask again). The example's hosts do not exist: Ansible reaches the hosts
+    (exit 5, unreachable) only after it decrypted the group_vars with what it was handed."""
+    inventory, password = site
+    count = tmp_path / "runs-of-the-script"
+    script = tmp_path / "prod-pass.sh"
+    script.write_text(f"#!/bin/sh\necho x >> {count}\ncat {password}\n")
+    script.chmod(0o700)
+    runs = tmp_path / "runs"
+    result = run([sys.executable, "-m", "deploy_kit", "up", "-i", str(inventory), "--check",
+                  "--forks", "16"], tmp_path,
+                 {"ANSIBLE_VAULT_IDENTITY_LIST": f"prod@{script}", "PYTHONPATH": str(REPO),
+                  "DEPLOYKIT_RUNS_DIR": str(runs), "ANSIBLE_HOST_KEY_CHECKING": "False"},
+                 check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 5, output[-3000:]  # unreachable, not a vault error
+    assert count.read_text().count("x") == 1
+    summary = json.loads(next(runs.glob("*-up/summary.json")).read_text())
+    argv = " ".join(summary["argv"])
+    assert "--vault-id prod@" in argv and "prod-vault-password" not in argv
+    handed = Path(argv.split("--vault-id prod@", 1)[1].split()[0])
+    assert not handed.parent.exists()  # the private directory went with the run
+    assert "prod-vault-password" not in (next(runs.glob("*-up")) / "ansible.log").read_text()
