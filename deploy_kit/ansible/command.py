@@ -21,7 +21,7 @@ class RunRequest:
     extra_vars_files: tuple[Path, ...] = ()
     extra_vars_inline: tuple[str, ...] = ()  # after the files: an inline value wins
     become: bool = False
-    vault_password_file: Path | None = None
+    vault_args: tuple[str, ...] = ()  # --vault-id LABEL@FILE… (paths only, never a secret)
     verbosity: int = 0
     forks: int | None = None
     extra: tuple[str, ...] = field(default_factory=tuple)
@@ -49,8 +49,7 @@ def options(request: RunRequest) -> list[str]:
         argv += ["-e", text]
     if request.become:
         argv.append("--become")
-    if request.vault_password_file:
-        argv += ["--vault-password-file", str(request.vault_password_file)]
+    argv += request.vault_args
     if request.forks:
         argv += ["--forks", str(request.forks)]
     argv += list(request.connection)

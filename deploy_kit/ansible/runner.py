@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,9 +101,10 @@ def ansible_env() -> dict[str, str]:
             "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
 
 
-def run_playbook(request: RunRequest, console: Console,
-                 record_dir: Path) -> tuple[RunRecord, Path, int]:
-    """Run one playbook; returns the record and the run directory (summary.json inside)."""
+def run_playbook(request: RunRequest, console: Console, record_dir: Path,
+                 env: Mapping[str, str] | None = None) -> tuple[RunRecord, Path, int]:
+    """Run one playbook; returns the record and the run directory (summary.json inside).
+    `env`: variables for this run on top of ansible_env() (vault handover: paths only)."""
     import ansible_runner
 
     record = RunRecord()
@@ -136,7 +138,7 @@ def run_playbook(request: RunRequest, console: Console,
                           soft_wrap=True)
         return True  # True: let ansible-runner keep the event (stats come from it)
 
-    env = ansible_env()
+    env = {**ansible_env(), **(env or {})}
     with tempfile.TemporaryDirectory(prefix="deploykit-run-") as private:
         os.chmod(private, 0o700)
         try:
@@ -168,7 +170,7 @@ def run_playbook(request: RunRequest, console: Console,
     return record, record_dir, int(result.rc or 0)
 
 
-def list_only(request: RunRequest) -> None:
+def list_only(request: RunRequest, env: Mapping[str, str] | None = None) -> None:
     """--list-hosts / --list-tasks: ansible-playbook's own output on stdout, its errors on
     stderr; no task runs, nothing is written."""
     import subprocess
@@ -179,7 +181,8 @@ def list_only(request: RunRequest) -> None:
     beside = Path(sys.executable).parent / argv[0]
     if beside.is_file():
         argv[0] = str(beside)
-    result = subprocess.run(argv, env={**os.environ, **ansible_env()}, capture_output=True,
+    result = subprocess.run(argv, env={**os.environ, **ansible_env(), **(env or {})},
+                            capture_output=True,
                             text=True, stdin=subprocess.DEVNULL, check=False)
     stdout().write(result.stdout)
     if result.returncode != 0:

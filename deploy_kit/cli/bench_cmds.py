@@ -10,6 +10,7 @@ import typer
 from deploy_kit.cli.connection import on_site, reaching
 from deploy_kit.cli.options import (
     AskBecomeOpt,
+    AskVaultOpt,
     BecomeOpt,
     BecomeUserOpt,
     ConnectionOptions,
@@ -17,7 +18,9 @@ from deploy_kit.cli.options import (
     InventoryOpt,
     PrivateKeyOpt,
     UserOpt,
-    VaultOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
 )
 from deploy_kit.console import console
 
@@ -48,7 +51,9 @@ def bench_storage(inventory: InventoryOpt,
                       min=0.001, max=4096, metavar="MIB",
                       help="object size instead of the plan's per-rank chunk object (e.g. "
                            "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
-                  vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+                  vault_id: VaultIdOpt = None,
+                  vault_password_file: VaultPasswordFileOpt = None,
+                  ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
                   ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
                   user: UserOpt = None, private_key: PrivateKeyOpt = None,
                   forks: ForksOpt = None) -> None:
@@ -58,10 +63,11 @@ def bench_storage(inventory: InventoryOpt,
 
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
         with console().status("measuring S3 through the name…"):
-            result = run(on_site(open_site(inventory, vault_password_file), connection), sweep,
+            result = run(on_site(open_site(inventory, secrets), connection), sweep,
                          objects, out, int(object_mib * 2**20) if object_mib else None)
         for line in describe(result):
             console().print(line, markup=False, soft_wrap=True)
@@ -86,7 +92,9 @@ def bench_ttft(inventory: InventoryOpt,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "
                                  "objects without asking (any site but the lab)")] = False,
-               vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+               vault_id: VaultIdOpt = None,
+               vault_password_file: VaultPasswordFileOpt = None,
+               ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
                ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
                user: UserOpt = None, private_key: PrivateKeyOpt = None,
                forks: ForksOpt = None) -> None:
@@ -102,9 +110,10 @@ def bench_ttft(inventory: InventoryOpt,
     from deploy_kit.config.open import open_site
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
-        site = on_site(open_site(inventory, vault_password_file), connection)
+        site = on_site(open_site(inventory, secrets), connection)
         console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
         if not yes and site.name != "lab":
             if not sys.stdin.isatty():

@@ -10,6 +10,7 @@ import typer
 from deploy_kit.cli.connection import on_site, reaching
 from deploy_kit.cli.options import (
     AskBecomeOpt,
+    AskVaultOpt,
     BecomeOpt,
     BecomeUserOpt,
     ConnectionOptions,
@@ -18,7 +19,9 @@ from deploy_kit.cli.options import (
     ModelOpt,
     PrivateKeyOpt,
     UserOpt,
-    VaultOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
 )
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import DeployKitError
@@ -29,7 +32,9 @@ cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the b
 @cache_app.command("stats")
 def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
                 as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
-                vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+                vault_id: VaultIdOpt = None,
+                vault_password_file: VaultPasswordFileOpt = None,
+                ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
                 ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
                 user: UserOpt = None, private_key: PrivateKeyOpt = None,
                 forks: ForksOpt = None) -> None:
@@ -39,9 +44,10 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
     from deploy_kit.config.open import open_site
     from deploy_kit.console import human_bytes
 
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
-        site = on_site(open_site(inventory, vault_password_file), connection)
+        site = on_site(open_site(inventory, secrets), connection)
         bucket = open_bucket(site)
         groups, foreign = aggregate(list_model_objects(bucket, model) if model else
                                     list_objects(bucket))
@@ -75,7 +81,9 @@ def cache_purge(inventory: InventoryOpt,
                 model: Annotated[str, typer.Option("--model", metavar="MODEL",
                                                          help="model string as served")],
                 yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
-                vault_password_file: VaultOpt = None, become: BecomeOpt = False,
+                vault_id: VaultIdOpt = None,
+                vault_password_file: VaultPasswordFileOpt = None,
+                ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
                 ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
                 user: UserOpt = None, private_key: PrivateKeyOpt = None,
                 forks: ForksOpt = None) -> None:
@@ -83,9 +91,10 @@ def cache_purge(inventory: InventoryOpt,
     from deploy_kit.cache.store import delete_objects, list_model_objects, open_bucket
     from deploy_kit.config.open import open_site
 
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
-        bucket = open_bucket(on_site(open_site(inventory, vault_password_file), connection))
+        bucket = open_bucket(on_site(open_site(inventory, secrets), connection))
         objects = list_model_objects(bucket, model)
         if not objects:
             console().print(f"no cache objects for {model}")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -33,7 +31,9 @@ from deploy_kit.cli.options import (
     SkipOpt,
     TagsOpt,
     UserOpt,
-    VaultOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
     VerboseOpt,
 )
 from deploy_kit.config.site import Site
@@ -41,6 +41,7 @@ from deploy_kit.console import console, stdout
 
 if TYPE_CHECKING:
     from deploy_kit.ansible.command import RunRequest
+    from deploy_kit.config.vault import VaultSecrets
     from deploy_kit.render.tls import Sources
 
 
@@ -52,36 +53,32 @@ def playbook_vars(site: Site) -> dict[str, object]:
     return {"vllm_serial": vllm_serial(site)}
 
 
-def run_playbook(verb: str, playbook: str, inventory: str | list[str],
-                 vault_password_file: Path | None, options: AnsibleOptions,
-                 run_vars: dict[str, object] | None = None, ask_vault_pass: bool = False,
+def run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
+                 options: AnsibleOptions, run_vars: dict[str, object] | None = None,
                  connection: ConnectionOptions | None = None,
                  listing: tuple[str, ...] = ()) -> None:
     connection = connection or ConnectionOptions()
     if listing:  # Ansible lists without logging in: nothing to ask
         connection = replace(connection, ask_become_pass=False)
     with reaching(connection, ask=not options.print_command) as reach:
-        if ask_vault_pass:
-            with asked_vault_password() as asked:
-                _run_playbook(verb, playbook, inventory, asked, options, run_vars or {},
-                              reach, listing)
-        else:
-            _run_playbook(verb, playbook, inventory, vault_password_file, options,
-                          run_vars or {}, reach, listing)
+        _run_playbook(verb, playbook, inventory, vault, options, run_vars or {}, reach,
+                      listing)
 
 
-def _run_playbook(verb: str, playbook: str, inventory: str | list[str],
-                  vault_password_file: Path | None, options: AnsibleOptions,
-                  run_vars: dict[str, object], connection: ConnectionOptions,
-                  listing: tuple[str, ...]) -> None:
+def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
+                  options: AnsibleOptions, run_vars: dict[str, object],
+                  connection: ConnectionOptions, listing: tuple[str, ...]) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
     from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
+    from deploy_kit.config.vault import command_flags
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.project import project_dir
 
-    site = open_site(inventory, vault_password_file)  # exit 3 before any host is contacted
+    run_vars = run_vars or {}
+    secrets = vault.secrets()  # a prompt asks here, once: ansible-playbook gets the files
+    site = open_site(inventory, secrets)  # exit 3 before any host is contacted
     refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
     for path in options.extra_vars:
         if not path.is_file():
@@ -98,14 +95,14 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str],
     request = RunRequest(
         verb=verb, playbook=project_dir() / "playbooks" / playbook,
         inventory=site.inventory_source.resolve(),
-        more_inventories=tuple(p.resolve() for p in site.extra_sources),
+        more_inventories=tuple(p.resolve() for p in site.inventory_sources[1:]),
         connection=tuple(connection.argv()), listing=listing,
         limit=options.limit, tags=options.tags,
         skip_tags=options.skip_tags, check=options.check, diff=options.diff,
         extra_vars_files=options.extra_vars,
         extra_vars_inline=(json.dumps({**playbook_vars(site), **run_vars}),
                            *options.inline_vars),
-        vault_password_file=vault_password_file.resolve() if vault_password_file else None,
+        vault_args=tuple(command_flags(secrets.identities)),  # the user's flags, as given
         verbosity=options.verbose, become=options.become, forks=options.forks)
     if options.print_command:
         # writes nothing: a plain ansible-playbook run renders the site itself (render.yml)
@@ -117,19 +114,21 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str],
     if listing:  # ansible-playbook's own listing; nothing rendered, issued or recorded
         from deploy_kit.ansible.runner import list_only
 
-        list_only(request)
+        with secrets.materialized() as handover:  # Ansible reads the vaulted inventory
+            list_only(replace(request, vault_args=tuple(handover.argv)), handover.env)
         return
     if verb != "up":
-        _run_rendered(verb, site, request, options, None)
+        _run_rendered(verb, site, request, options, secrets, None)
     elif not options.check:
-        _run_rendered(verb, site, request, options, issue_tls(site))
+        _run_rendered(verb, site, request, options, secrets, issue_tls(site))
     else:  # the would-be CA and certificates live here for the run, then go
         with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
-            _run_rendered(verb, site, request, options, issue_tls(site, Path(scratch) / "tls"))
+            _run_rendered(verb, site, request, options, secrets,
+                          issue_tls(site, Path(scratch) / "tls"))
 
 
 def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
-                  tls_sources: Sources | None) -> None:
+                  secrets: VaultSecrets, tls_sources: Sources | None) -> None:
     from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ops.rundir import write_run_tree
@@ -143,7 +142,10 @@ def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOp
     request = replace(request, extra_vars_files=(tree, *request.extra_vars_files))
     console().print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                     + (" [yellow]check mode[/]" if options.check else ""))
-    record, record_dir, rc = run_with_runner(request, console(), record_dir)
+    with secrets.materialized() as handover:  # the secrets read above, as 0600 files
+        request = replace(request, vault_args=tuple(handover.argv))
+        record, record_dir, rc = run_with_runner(request, console(), record_dir,
+                                                 env=handover.env)
     show_record(record, console())
     console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
@@ -174,24 +176,6 @@ def check_limit(site: Site, pattern: str) -> None:
         raise typer.BadParameter(str(exc), param_hint="--limit") from None
 
 
-@contextmanager
-def asked_vault_password() -> Iterator[Path]:
-    """--ask-vault-pass: the password typed once, in a 0600 file only this run reads (the
-    inventory loader and Ansible both take a file), removed afterwards."""
-    import getpass
-    import sys
-
-    if not sys.stdin.isatty():
-        raise typer.BadParameter("needs a terminal; pass --vault-password-file instead",
-                                 param_hint="--ask-vault-pass")
-    password = getpass.getpass("Vault password: ")
-    with tempfile.TemporaryDirectory(prefix="deploykit-vault-") as private:
-        path = Path(private) / "vault-password"
-        path.touch(mode=0o600)
-        path.write_text(password + "\n")
-        yield path
-
-
 def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
     """With deploykit_s3_tls: the CA and each concentrator certificate exist on the
     controller before any role copies them (kept when still valid, so reruns change
@@ -218,7 +202,8 @@ def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
     return sources
 
 
-def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
+def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+       vault_password_file: VaultPasswordFileOpt = None, limit: LimitOpt = None,
        tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
        diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
        verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
@@ -244,15 +229,16 @@ def up(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: Lim
     run_vars: dict[str, object] = {
         name: True for name, on in (("deploykit_restart_serving", restart_serving),
                                     ("deploykit_full", full)) if on}
-    run_playbook("up", "site.yml", inventory, vault_password_file, options, run_vars,
-                 ask_vault_pass=ask_vault_pass,
+    run_playbook("up", "site.yml", inventory,
+                 VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options, run_vars,
                  connection=ConnectionOptions(ask_become_pass=ask_become_pass,
                                               become_user=become_user, user=user,
                                               private_key=private_key),
                  listing=listing_flags(list_hosts, list_tasks))
 
 
-def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: LimitOpt = None,
+def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+         vault_password_file: VaultPasswordFileOpt = None, limit: LimitOpt = None,
          check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
          verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
          ask_vault_pass: AskVaultOpt = False, ask_become_pass: AskBecomeOpt = False,
@@ -280,7 +266,8 @@ def down(inventory: InventoryOpt, vault_password_file: VaultOpt = None, limit: L
     options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
                                 print_command=print_command, verbose=verbose, become=become,
                                 forks=forks)
-    run_playbook("down", "down.yml", inventory, vault_password_file, options,
-                 {"deploykit_destroy_data": destroy_data}, ask_vault_pass,
+    run_playbook("down", "down.yml", inventory,
+                 VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options,
+                 {"deploykit_destroy_data": destroy_data},
                  ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
                                    user=user, private_key=private_key), listing)

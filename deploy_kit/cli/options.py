@@ -4,19 +4,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from deploy_kit.config.vault import VaultIdentity, VaultSecrets
 
 # several -i form one inventory, as for ansible-playbook
 InventoryOpt = Annotated[list[str], typer.Option(
     "--inventory", "-i", metavar="SITE",
     help="inventory name (inventory/<name>) or path; repeat to merge several sources into "
          "one inventory, as Ansible does")]
-# Ansible's own variable, so CI that already sets it for ansible-playbook needs nothing else.
-VaultOpt = Annotated[Path | None, typer.Option("--vault-password-file", metavar="FILE",
-                                               envvar="ANSIBLE_VAULT_PASSWORD_FILE",
-                                               help="decrypt group_vars vault files")]
+# Vault flags as ansible-playbook has them (its variables ANSIBLE_VAULT_IDENTITY_LIST and
+# ANSIBLE_VAULT_PASSWORD_FILE are read too: deploy_kit/config/vault.py)
+VaultIdOpt = Annotated[list[str] | None, typer.Option(
+    "--vault-id", metavar="ID",
+    help="vault identity LABEL@FILE, FILE or LABEL@prompt (repeatable; FILE may be a password "
+         "script)")]
+VaultPasswordFileOpt = Annotated[list[Path] | None, typer.Option(
+    "--vault-password-file", "--vault-pass-file", metavar="FILE",
+    help="vault password file or script, id `default` (repeatable)")]
+AskVaultOpt = Annotated[bool, typer.Option("--ask-vault-pass", "--ask-vault-password", "-J",
+                                           help="ask for the vault password (once per run)")]
 LimitOpt = Annotated[str | None, typer.Option("--limit", "-l", metavar="PATTERN",
                                                      help="Ansible host pattern")]
 TagsOpt = Annotated[list[str] | None, typer.Option("--tags", "-t", metavar="TAG",
@@ -34,14 +44,37 @@ BecomeOpt = Annotated[bool, typer.Option("--become", "-b",
                                          help="run tasks with become (sudo) on every host")]
 ForksOpt = Annotated[int | None, typer.Option("--forks", "-f", min=1, metavar="N",
                                               help="hosts Ansible works on at once")]
-AskVaultOpt = Annotated[bool, typer.Option("--ask-vault-pass", "-J",
-                                           help="ask for the vault password")]
 PrintOpt = Annotated[bool, typer.Option("--print-command",
                                         help="print the ansible-playbook command and stop")]
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, show_default=False,
                                          help="show Ansible's own output (-vvv: more)")]
 ModelOpt = Annotated[str | None, typer.Option("--model", metavar="MODEL",
                                               help="model string as served")]
+
+
+@dataclass(frozen=True)
+class VaultOptions:
+    """The vault flags of one command; `secrets()` reads them (and the variables) once."""
+
+    vault_ids: tuple[str, ...] = ()
+    password_files: tuple[Path, ...] = ()
+    ask: bool = False
+
+    @classmethod
+    def of(cls, vault_id: list[str] | None = None, vault_password_file: list[Path] | None = None,
+           ask_vault_pass: bool = False) -> VaultOptions:
+        return cls(tuple(vault_id or ()), tuple(vault_password_file or ()), ask_vault_pass)
+
+    def identities(self) -> tuple[VaultIdentity, ...]:
+        from deploy_kit.config.vault import parse_identities
+
+        return parse_identities(self.vault_ids, self.password_files, self.ask)
+
+    def secrets(self) -> VaultSecrets:
+        """Every password read now; a prompt asks here, once for the whole run."""
+        from deploy_kit.config.vault import load_secrets
+
+        return load_secrets(self.identities())
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deploy_kit.cli.options import InventoryOpt, VaultOpt
+from deploy_kit.cli.options import (
+    AskVaultOpt,
+    InventoryOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
+)
 from deploy_kit.console import console, data_console, stdout
 
 if TYPE_CHECKING:
@@ -19,7 +25,9 @@ CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be T
 
 def plan(inventory: InventoryOpt,
          as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
-         vault_password_file: VaultOpt = None) -> None:
+         vault_id: VaultIdOpt = None,
+         vault_password_file: VaultPasswordFileOpt = None,
+         ask_vault_pass: AskVaultOpt = False) -> None:
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
@@ -27,7 +35,8 @@ def plan(inventory: InventoryOpt,
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
 
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
     if as_json:
@@ -42,7 +51,9 @@ def plan(inventory: InventoryOpt,
 def render(inventory: InventoryOpt,
            out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
                                                       help="output directory")],
-           vault_password_file: VaultOpt = None,
+           vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False,
            for_roles: Annotated[bool, typer.Option(
                "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False,
            check: Annotated[bool, typer.Option(
@@ -62,7 +73,8 @@ def render(inventory: InventoryOpt,
 
     out = Path(os.path.abspath(out))
     check_replaceable(out)  # before anything is read or issued
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
         sources = None
@@ -97,12 +109,15 @@ def _moved(sources: Sources, scratch: Path, target: Path) -> Sources:
     return Sources(at(sources.ca_cert), {h: at(p) for h, p in sources.host_pems.items()})
 
 
-def validate(inventory: InventoryOpt, vault_password_file: VaultOpt = None) -> None:
+def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+             vault_password_file: VaultPasswordFileOpt = None,
+             ask_vault_pass: AskVaultOpt = False) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
     from deploy_kit.config.open import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
 
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
 
@@ -115,7 +130,9 @@ def wheelhouse(inventory: InventoryOpt,
                                                 help="the serving hosts' python3")] = "3.11",
                glibc: Annotated[str, typer.Option(metavar="VERSION",
                                                help="the serving hosts' glibc")] = "2.36",
-               vault_password_file: VaultOpt = None) -> None:
+               vault_id: VaultIdOpt = None,
+               vault_password_file: VaultPasswordFileOpt = None,
+               ask_vault_pass: AskVaultOpt = False) -> None:
     """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
     Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
@@ -124,7 +141,8 @@ def wheelhouse(inventory: InventoryOpt,
 
     if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):
         raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")
-    site = open_site(inventory, vault_password_file)
+    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    site = open_site(inventory, secrets)
     recipes = sorted({Recipe(h.config.vllm_accelerator or "cuda", h.config.vllm_version,
                              h.config.lmcache_version, python, glibc,
                              nixl=h.config.lmcache_mode == "nixl")

@@ -13,6 +13,7 @@ from rich.markup import escape
 from deploy_kit.cli.connection import on_site, reaching
 from deploy_kit.cli.options import (
     AskBecomeOpt,
+    AskVaultOpt,
     BecomeOpt,
     BecomeUserOpt,
     ConnectionOptions,
@@ -21,7 +22,9 @@ from deploy_kit.cli.options import (
     LimitOpt,
     PrivateKeyOpt,
     UserOpt,
-    VaultOpt,
+    VaultIdOpt,
+    VaultOptions,
+    VaultPasswordFileOpt,
 )
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
@@ -44,9 +47,9 @@ def unwritable(path: Path) -> str | None:
     return None
 
 
-def _verify(site_name: str | list[str], vault_password_file: Path | None,
-            requested: list[str] | None, as_json: bool, junit: Path | None, verbose: bool,
-            limit: str | None, roundtrip: bool = False, roundtrip_store: str | None = None,
+def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str] | None,
+            as_json: bool, junit: Path | None, verbose: bool, limit: str | None,
+            roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json"),
             connection: ConnectionOptions | None = None) -> None:
     import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
@@ -58,7 +61,7 @@ def _verify(site_name: str | list[str], vault_password_file: Path | None,
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    site = on_site(open_site(site_name, vault_password_file), connection or ConnectionOptions())
+    site = on_site(open_site(site_name, vault.secrets()), connection or ConnectionOptions())
     try:
         only = check_ids(requested, list(CHECKS))
         # --limit: only these hosts are contacted; checks needing others skip, saying why
@@ -133,7 +136,9 @@ ListChecksOpt = Annotated[bool, typer.Option(
     help="list every check id with its area and summary, and exit")]
 
 
-def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
+def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False,
            check: Annotated[list[str] | None, typer.Option(
                "--check", metavar="ID", help="only this check (repeat for several; "
                                               "--list-checks lists them)")] = None,
@@ -161,14 +166,16 @@ def verify(inventory: InventoryOpt, vault_password_file: VaultOpt = None,
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
-        _verify(inventory, vault_password_file, check, as_json, junit,
-                verbose, limit, roundtrip, roundtrip_store.value if roundtrip_store else None,
-                storage_result, connection)
+        _verify(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), check,
+                as_json, junit, verbose, limit, roundtrip,
+                roundtrip_store.value if roundtrip_store else None, storage_result, connection)
 
 
 def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
                                                   help="an error text or symptom")],
-           inventory: InventoryOpt, vault_password_file: VaultOpt = None,
+           inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+           vault_password_file: VaultPasswordFileOpt = None,
+           ask_vault_pass: AskVaultOpt = False,
            list_symptoms: Annotated[bool, typer.Option(
                "--list", is_eager=True, callback=_list_symptoms,
                help="list every symptom doctor knows and the checks it runs, and "
@@ -180,6 +187,7 @@ def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose
 
+    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
     matches = diagnose(symptom)
     ids: list[str] | None = None
     if not matches:
@@ -191,5 +199,5 @@ def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
             ids += [c for c in checks if c not in ids]
     with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
                                     forks)) as connection:
-        _verify(inventory, vault_password_file, ids, False, None, ids is not None, None,
+        _verify(inventory, vault, ids, False, None, ids is not None, None,
                 connection=connection)

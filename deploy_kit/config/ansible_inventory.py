@@ -10,13 +10,13 @@ each value with its origin), so problems still name file and key.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
-from deploy_kit.core.errors import Problem
+from deploy_kit.config.vault import VaultSecrets, fix_for
+from deploy_kit.core.errors import InventoryError, Problem
 
 # What VariableManager adds beside the inventory's own variables
 MAGIC = frozenset({
@@ -37,36 +37,33 @@ class _Locked(Exception):
 @cache
 def _plugins_ready() -> None:
     from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
 
-    init_plugin_loader()
+    if AnsibleCollectionConfig.collection_finder is None:  # else: inside ansible-playbook
+        init_plugin_loader()
 
 
-def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
-                      ) -> RawInventory:
-    """One inventory from one source or several (Ansible merges them as for several -i);
-    the first source is the inventory's root and its name in messages."""
+def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
+    """Every source merged as ansible-playbook merges several -i (the first names the
+    site: its directory is the root)."""
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
-    from ansible.parsing.vault import VaultLib, VaultSecret
     from ansible.vars.manager import VariableManager
 
     _plugins_ready()
-    every = [sources] if isinstance(sources, Path) else list(sources)
-    source = every[0]
-    named = " ".join(f"-i {p}" for p in every)
+    source = sources[0]
+    named = " ".join(f"-i {p}" for p in sources)
     root = source if source.is_dir() else source.parent
-    secrets = [("default", VaultSecret(vault_password.encode()))] if vault_password else []
     loader = DataLoader()
-    loader.set_vault_secrets(secrets)
-    vault = VaultLib(secrets)
+    loader.set_vault_secrets(list(vault.pairs))
     problems: list[Problem] = []
     hosts: dict[str, RawHost] = {}
     raw = RawInventory(root=root, hosts_file=source, hosts=hosts, group_depth={},
                        vault_files=set(), locked_vault_files=[], problems=problems,
                        source=source)
     try:
-        inventory = InventoryManager(loader=loader, sources=[str(p) for p in every])
+        inventory = InventoryManager(loader=loader, sources=[str(s) for s in sources])
         variables = VariableManager(loader=loader, inventory=inventory)
         found = inventory.get_hosts()
         if not found:
@@ -75,13 +72,13 @@ def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
             raw.hosts_file_broken = True
             return raw
         for host in found:
-            problem = name_problem(host.name)
+            # str(): ansible-core 2.19 tags names with their origin (YAML cannot dump those)
+            name = str(host.name)
+            problem = name_problem(name)
             if problem:
-                problems.append(Problem(str(source), host.name, problem, "rename the host"))
+                problems.append(Problem(str(source), name, problem, "rename the host"))
                 continue
-            # str(): names read from YAML sources are Ansible's tagged strings, which
-            # deploykit's own YAML writers (render) cannot represent
-            entry = RawHost(name=str(host.name), groups={str(g.name) for g in host.get_groups()}
+            entry = RawHost(name=name, groups={str(g.name) for g in host.get_groups()}
                             - {"all", "ungrouped"})
             for tagged, value in variables.get_vars(host=host, include_hostvars=False).items():
                 key = str(tagged)
@@ -89,26 +86,67 @@ def load_with_ansible(sources: Path | Sequence[Path], vault_password: str | None
                     continue
                 origin = _origin(value) or str(source)
                 try:
-                    entry.vars[key], vaulted = _plain(value, vault)
+                    entry.vars[key], vaulted = _plain(value, vault, origin, key)
+                except InventoryError as exc:
+                    problems += exc.problems
+                    continue
                 except _Locked:
                     raw.locked_vault_files.append(f"{origin}: {key}")
                     continue
                 entry.sources[key] = origin
                 if vaulted:
                     raw.vaulted_keys.add((origin, key))
-            hosts[entry.name] = entry
+            hosts[name] = entry
         raw.group_depth = {str(g.name): g.depth for g in inventory.groups.values()}
     except AnsibleError as exc:
-        message = str(getattr(exc, "message", exc)).splitlines()[0]
-        fix = "pass --vault-password-file" if "vault" in message.lower() else \
-            f"check it with `ansible-inventory {named} --list`"
-        problems.append(Problem(str(source), "(inventory)", f"Ansible: {message}", fix))
+        problems.append(_ansible_problem(exc, sources, vault))
         raw.hosts_file_broken = True
         return raw
     # a whole-file vault is decrypted by Ansible: its values count as vaulted
     raw.vault_files = {origin for h in hosts.values() for origin in h.sources.values()
                        if _encrypted_file(origin)}
     return raw
+
+
+def _ansible_problem(exc: BaseException, sources: list[Path], vault: VaultSecrets) -> Problem:
+    """One line for what Ansible refused; a vault file it could not open is named with the
+    ids given and the id it wants."""
+    source = sources[0]
+    message = str(getattr(exc, "message", exc)).splitlines()[0]
+    if "vault" not in message.lower():
+        return Problem(str(source), "(inventory)", f"Ansible: {message}",
+                       f"check it with `ansible-inventory -i {source} --list`")
+    ciphertext = _ciphertext_in(exc)
+    if ciphertext is None:
+        return Problem(str(source), "(file)", f"Ansible: {message}", fix_for(None))
+    return vault.cannot_decrypt(ciphertext, _vault_file_of(ciphertext, sources) or str(source))
+
+
+def _ciphertext_in(exc: BaseException | None) -> str | None:
+    """The vault text Ansible failed on (its AnsibleVaultError carries it as `obj`)."""
+    while exc is not None:
+        obj = getattr(exc, "obj", None)
+        if isinstance(obj, bytes | str):
+            text = obj.decode(errors="replace") if isinstance(obj, bytes) else obj
+            if text.startswith(VAULT_HEADER):
+                return text
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _vault_file_of(ciphertext: str, sources: list[Path]) -> str | None:
+    """Which group_vars/host_vars file beside a source holds this vault text."""
+    for source in sources:
+        root = source if source.is_dir() else source.parent
+        for folder in ("group_vars", "host_vars"):
+            for path in sorted((root / folder).rglob("*")) if (root / folder).is_dir() else []:
+                if path.is_file() and _encrypted_file(str(path)):
+                    try:
+                        if path.read_text().strip() == ciphertext.strip():
+                            return str(path)
+                    except (OSError, UnicodeDecodeError):
+                        continue
+    return None
 
 
 def _origin(value: Any) -> str | None:
@@ -124,7 +162,7 @@ def _origin(value: Any) -> str | None:
     return None
 
 
-def _plain(value: Any, vault: Any) -> tuple[Any, bool]:
+def _plain(value: Any, vault: VaultSecrets, origin: str, key: str) -> tuple[Any, bool]:
     """(value as plain JSON types, whether an inline vault value was decrypted in it)."""
     vaulted = False
 
@@ -133,11 +171,11 @@ def _plain(value: Any, vault: Any) -> tuple[Any, bool]:
         ciphertext = getattr(obj, "_ciphertext", None)
         if ciphertext is None:
             return str(obj)  # a date, a tagged scalar JSON does not know
-        if not vault.secrets:
+        if not vault:
             raise _Locked
         vaulted = True
-        text = ciphertext if isinstance(ciphertext, bytes) else str(ciphertext).encode()
-        return vault.decrypt(text).decode()
+        text = ciphertext.decode() if isinstance(ciphertext, bytes) else str(ciphertext)
+        return vault.decrypt(text, origin, key)
 
     return json.loads(json.dumps(value, default=decrypt)), vaulted
 

@@ -15,6 +15,7 @@ import yaml
 
 from deploy_kit.config.ansible_inventory import load_with_ansible
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
+from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
 
@@ -50,7 +51,7 @@ def _outside(path: Path, root: Path) -> Path | None:
     return None if _trusted_top(root) in real.parents else real
 
 
-def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
+def _read_yaml(path: Path, vault: VaultSecrets, problems: list[Problem],
                locked: list[str], encrypted: set[str] | None = None,
                vaulted: set[tuple[str, str]] | None = None, root: Path | None = None) -> Any:
     if root is not None and (target := _outside(path, root)) is not None:
@@ -69,10 +70,10 @@ def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
     if text.startswith(VAULT_HEADER):
         if encrypted is not None:
             encrypted.add(str(path))
-        if vault_password is None:
+        if not vault:
             locked.append(str(path))
             return {}
-        text = _decrypt(text, vault_password, path, problems)
+        text = _decrypt(text, vault, path, problems)
     try:
         data, duplicates = load_yaml(text)
     except UnreadableFile as exc:
@@ -91,11 +92,11 @@ def _read_yaml(path: Path, vault_password: str | None, problems: list[Problem],
                                 "YAML keeps the last one silently)",
                                 "keep one definition"))
     if isinstance(data, dict):
-        data = _open_inline_vault(data, path, vault_password, problems, locked, vaulted)
+        data = _open_inline_vault(data, path, vault, problems, locked, vaulted)
     return data if data is not None else {}
 
 
-def _open_inline_vault(data: dict[str, Any], path: Path, vault_password: str | None,
+def _open_inline_vault(data: dict[str, Any], path: Path, vault: VaultSecrets,
                        problems: list[Problem], locked: list[str],
                        vaulted: set[tuple[str, str]] | None) -> dict[str, Any]:
     """`key: !vault |` values, at any depth (hosts.yml holds host and group vars):
@@ -104,29 +105,25 @@ def _open_inline_vault(data: dict[str, Any], path: Path, vault_password: str | N
     opened: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
-            opened[key] = _open_inline_vault(value, path, vault_password, problems, locked,
-                                             vaulted)
+            opened[key] = _open_inline_vault(value, path, vault, problems, locked, vaulted)
         elif not isinstance(value, VaultText):
             opened[key] = value
-        elif vault_password is None:
+        elif not vault:
             locked.append(f"{path}: {key}")
         else:
-            opened[key] = _decrypt(str(value), vault_password, path, problems, key=str(key))
+            opened[key] = _decrypt(str(value), vault, path, problems, key=str(key))
             if vaulted is not None:
                 vaulted.add((str(path), str(key)))
     return opened
 
 
-def _decrypt(text: str, password: str, path: Path, problems: list[Problem],
-             key: str = "vault") -> str:
-    from ansible.parsing.vault import VaultLib, VaultSecret  # heavy import: only when needed
-
+def _decrypt(text: str, vault: VaultSecrets, path: Path, problems: list[Problem],
+             key: str = "(file)") -> str:
+    """Ansible's VaultLib over every secret given (a 1.2 file is matched by its id)."""
     try:
-        vault = VaultLib([("default", VaultSecret(password.encode()))])
-        return str(vault.decrypt(text).decode())
-    except Exception:  # ansible raises several types for a bad password or file
-        problems.append(Problem(str(path), key, "cannot decrypt",
-                                "check --vault-password-file"))
+        return vault.decrypt(text, str(path), key)
+    except InventoryError as exc:
+        problems += exc.problems
         return ""
 
 
@@ -258,12 +255,13 @@ def yaml_hosts_file(path: Path) -> Path | None:
     return None if "plugin" in first_keys else path
 
 
-def load_inventory(path: Path, vault_password: str | None = None, *,
+def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
                    collect: bool = False) -> RawInventory:
     """Read the inventory; with collect=True problems are returned in RawInventory.problems
     (so the caller can add the problems of the files that did load) instead of raised.
     A static YAML inventory is read here; any other source Ansible accepts (INI, an
     inventory script, a plugin config, a directory of those) through Ansible's own API."""
+    vault = vault or VaultSecrets()
     hosts_file = yaml_hosts_file(path)
     if hosts_file is None and path.is_dir() and not [
             p for p in path.iterdir() if p.name not in ("group_vars", "host_vars")
@@ -271,7 +269,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
         raise InventoryError([Problem(str(path), "hosts.yml", "missing",
                                       "write an Ansible YAML inventory at hosts.yml")])
     if hosts_file is None:
-        raw = load_with_ansible(path, vault_password)
+        raw = load_with_ansible([path], vault)
         if raw.problems and not collect:
             raise InventoryError(raw.problems)
         return raw
@@ -281,7 +279,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
     locked: list[str] = []
     encrypted: set[str] = set()
     vaulted: set[tuple[str, str]] = set()
-    doc = _read_yaml(hosts_file, vault_password, problems, locked, encrypted, vaulted,
+    doc = _read_yaml(hosts_file, vault, problems, locked, encrypted, vaulted,
                      root=path)
     hosts_file_broken = bool(problems)
     hosts: dict[str, RawHost] = {}
@@ -304,7 +302,7 @@ def load_inventory(path: Path, vault_password: str | None = None, *,
 
     def read_vars(f: Path) -> dict[str, Any]:
         if f not in file_cache:
-            data = _read_yaml(f, vault_password, problems, locked, encrypted, vaulted,
+            data = _read_yaml(f, vault, problems, locked, encrypted, vaulted,
                               root=path)
             if str(f) not in encrypted and f.stem.startswith("vault"):
                 plain_vault_files.add(str(f))

@@ -24,6 +24,7 @@ from deploy_kit.config.models import (
     known_keys,
 )
 from deploy_kit.config.raw import RawInventory
+from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry, find_preset, from_hf_config
@@ -72,11 +73,11 @@ class Site:
     secrets_locked: bool  # vault encrypted and no password given: secret values unknown
     rejected_groups: frozenset[str] = frozenset()  # groups of hosts left out for problems
     # what Ansible needs to read the inventory's vaulted files when deploykit reaches hosts
-    vault_password_file: Path | None = None
+    vault: VaultSecrets = field(default_factory=VaultSecrets, repr=False)
     # what Ansible's -i gets: the directory (root), or the inventory file or script
     source: Path | None = None
-    # every further -i: Ansible merges all sources into one inventory
-    extra_sources: tuple[Path, ...] = ()
+    # every inventory source the site was opened from (several -i), in order
+    sources: tuple[Path, ...] = ()
     # how Ansible reaches the hosts outside a playbook run (-u, --private-key, -b, ...)
     connection: tuple[str, ...] = ()
 
@@ -85,9 +86,9 @@ class Site:
         return self.source or self.root
 
     @property
-    def inventory_sources(self) -> list[Path]:
-        """One -i each, in the order given."""
-        return [self.inventory_source, *self.extra_sources]
+    def inventory_sources(self) -> tuple[Path, ...]:
+        """What ansible-playbook's -i flags get: every source, or the one."""
+        return self.sources if len(self.sources) > 1 else (self.inventory_source,)
 
     def group(self, name: str) -> list[Host]:
         return [h for h in self.hosts.values() if name in h.groups]

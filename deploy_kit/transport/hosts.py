@@ -171,9 +171,9 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
     cmdline = list(site.connection)
     if "--forks" not in cmdline and "ANSIBLE_FORKS" not in os.environ:
         cmdline += ["--forks", str(max(1, min(hosts, READ_FORKS)))]
-    if site.vault_password_file is not None:
-        cmdline += ["--vault-password-file", str(site.vault_password_file)]
-    with tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
+    with site.vault.materialized() as vault, \
+            tempfile.TemporaryDirectory(prefix="deploykit-shell-") as private:
+        cmdline += vault.argv
         os.chmod(private, 0o700)
         root = Path(private)
         (root / "play.yml").write_text(PLAY)
@@ -185,7 +185,7 @@ def _run(site: Site, variables: dict[str, Any], hosts: int) -> _Outcome:
             # ansible-playbook runs in the user's working directory (./ansible.cfg applies)
             private_data_dir=private, project_dir=os.getcwd(), playbook=str(root / "play.yml"),
             inventory=[str(p) for p in site.inventory_sources], cmdline=shlex.join(cmdline),
-            envvars=ansible_env(),
+            envvars={**ansible_env(), **vault.env},
             quiet=True, event_handler=on_event, rotate_artifacts=1, suppress_env_files=True)
     return _Outcome(items, host_errors, str(result.status))
 

@@ -270,3 +270,27 @@ def test_the_sibling_is_asked_for_the_model_its_host_serves(
     monkeypatch.setattr(cache_probe.time, "sleep", lambda s: None)
     cache_probe.probe_host(first, "r", [first, second], second)
     assert asked[-1] == ("gpu1/1", "lab-llama"), asked
+
+
+def test_a_dns_server_closing_tcp_is_a_probe_error_not_an_abort() -> None:
+    """dnspython raises EOFError when a TCP peer closes before answering; Click would turn
+    it into an Abort (exit 130) if it escaped `verify`."""
+    import socket
+    import threading
+
+    from deploy_kit.verify.probes.dns_probe import ask
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def close_at_once() -> None:
+        peer, _ = server.accept()
+        peer.recv(65536)  # the query in, then close: EOF, not a reset
+        peer.close()
+
+    threading.Thread(target=close_at_once, daemon=True).start()
+    answer = ask("127.0.0.1", "s3.example.test", "tcp", port=server.getsockname()[1],
+                 timeout=5)
+    server.close()
+    assert answer.error is not None and "closed the connection" in answer.error

@@ -9,11 +9,11 @@ def test_argv_carries_every_flag_and_vars_only_as_files() -> None:
                          limit="rgw", tags=("coredns_configure", "ceph_rgw_service"),
                          skip_tags=("vllm_install",), check=True, diff=True,
                          extra_vars_files=(Path("/tmp/x.json"),),
-                         vault_password_file=Path("/v/pw"), verbosity=2)
+                         vault_args=("--vault-id", "prod@/v/pw"), verbosity=2)
     assert playbook_argv(request) == [
         "ansible-playbook", "-i", "/i/lab", "/p/site.yml", "--limit", "rgw", "--tags",
         "coredns_configure,ceph_rgw_service", "--skip-tags", "vllm_install", "--check",
-        "--diff", "-e", "@/tmp/x.json", "--vault-password-file", "/v/pw", "-vv"]
+        "--diff", "-e", "@/tmp/x.json", "--vault-id", "prod@/v/pw", "-vv"]
 
 
 def test_events_give_stats_failures_and_hide_secrets() -> None:

@@ -43,7 +43,8 @@ def fake_runner(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     and gpu settings name as TLS sources, and whether those files exist during the run."""
     seen: list[dict[str, Any]] = []
 
-    def run(request: Any, console: Any, record_dir: Path) -> tuple[RunRecord, Path, int]:
+    def run(request: Any, console: Any, record_dir: Path,
+            env: Any = None) -> tuple[RunRecord, Path, int]:
         rendered = record_dir / "rendered"
         rgw = json.loads((rendered / "rgw1" / SETTINGS_PATH.lstrip("/")).read_text())
         pem, ca = Path(rgw["_ceph_rgw_tls_pem_src"]), Path(rgw["_deploykit_tls_ca_cert_src"])

@@ -111,7 +111,7 @@ def test_a_run_reads_the_variables_it_is_given(tmp_path: Path) -> None:
     result = run("validate", "-i", "example",
                  env={"ANSIBLE_VAULT_PASSWORD_FILE": str(missing)})
     assert result.returncode == 3
-    assert f"{missing}: --vault-password-file" in result.stderr
+    assert f"{missing}: ANSIBLE_VAULT_PASSWORD_FILE: " in result.stderr
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ  # the run's, not the process's
     assert run("validate", "-i", "example").returncode == 0
 

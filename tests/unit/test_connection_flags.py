@@ -35,10 +35,10 @@ def test_several_inventories_form_one_site(make_inventory: InventoryFactory,
     first, more = _two_sources(make_inventory, tmp_path)
     site = open_site([str(first), str(more)])
     assert {"gpu1", "gpu2", "gpu3"} == {h.name for h in site.group("vllm")}
-    assert site.inventory_sources == [first.resolve(), more.resolve()]
-    assert open_site([str(first)]).inventory_sources == [first.resolve()]
+    assert list(site.inventory_sources) == [first.resolve(), more.resolve()]
+    assert open_site([str(first)]).inventory_sources == (first.resolve(),)
     # a source named twice is read once
-    assert open_site([str(first), str(first)]).inventory_sources == [first.resolve()]
+    assert open_site([str(first), str(first)]).inventory_sources == (first.resolve(),)
 
 
 def test_print_command_passes_every_inventory_and_the_connection_flags(

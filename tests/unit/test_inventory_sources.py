@@ -151,7 +151,7 @@ def test_a_password_script_is_read_like_a_bounded_file(tmp_path: Path) -> None:
     into memory or waited on for ever; its output is never echoed."""
     import time
 
-    from deploy_kit.config.open import script_output
+    from deploy_kit.config.vault import script_output
 
     endless = tmp_path / "endless.sh"
     endless.write_text("#!/bin/sh\nwhile :; do echo Corpus-Secret-Value-4711; done\n")

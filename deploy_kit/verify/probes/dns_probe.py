@@ -18,10 +18,13 @@ def ask(server: str, name: str, transport: str, port: int = 53,
     try:
         send = dns.query.udp if transport == "udp" else dns.query.tcp
         reply = send(query, server, port=port, timeout=timeout)
-    # EOFError: a server (or a middlebox) closed the TCP connection without an answer;
-    # uncaught, Click would read it as end of input and verify would exit 130
-    except (dns.exception.DNSException, OSError, EOFError) as exc:
+    except (dns.exception.DNSException, OSError) as exc:
         answer.error = f"{type(exc).__name__}: {exc}"
+        return answer
+    # a server (or a middlebox) closed the TCP connection without an answer; uncaught,
+    # Click would read EOFError as end of input and verify would exit 130
+    except EOFError:
+        answer.error = "EOFError: the server closed the connection without an answer"
         return answer
     if reply.rcode() != dns.rcode.NOERROR:
         answer.error = dns.rcode.to_text(reply.rcode())
