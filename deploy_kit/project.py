@@ -42,6 +42,13 @@ def runs_root() -> Path:
     return project_dir() / "runs" if project_dir() != BUNDLED else Path.cwd() / "runs"
 
 
+def inventories_dir() -> Path:
+    """Where `--inventory NAME` looks first and `deploykit lab up` writes inventory/lab: the
+    checkout's inventory/, or ./inventory where deploykit is installed as a wheel (as ./runs;
+    never inside site-packages)."""
+    return project_dir() / "inventory" if project_dir() != BUNDLED else Path.cwd() / "inventory"
+
+
 def templates_dir() -> Path:
     return project_dir() / "templates"
 

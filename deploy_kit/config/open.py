@@ -11,7 +11,7 @@ from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.rules import validate_site
 from deploy_kit.config.site import Site, build_site
 from deploy_kit.core.errors import InventoryError, Problem
-from deploy_kit.project import project_dir
+from deploy_kit.project import inventories_dir, project_dir
 
 MAX_PASSWORD_BYTES = 64 * 1024
 PASSWORD_SCRIPT_SECONDS = 60
@@ -85,7 +85,7 @@ def read_vault_password(path: Path | None) -> str | None:
 
 
 def open_site(inventory: str, vault_password_file: Path | None = None) -> Site:
-    path = resolve_inventory_path(inventory, project_dir())
+    path = resolve_inventory_path(inventory, project_dir(), inventories_dir())
     raw = load_inventory(path, read_vault_password(vault_password_file), collect=True)
     problems = list(raw.problems)
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
