@@ -125,10 +125,13 @@ def test_the_wheel_from_the_sdist_carries_the_content_and_no_lab(dist: Path) -> 
                 or "/go/" in n]
 
 
-def test_pip_wheel_from_the_checkout_builds_the_same_files(dist: Path, source: Path,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("what", ["checkout", "sdist"])
+def test_pip_builds_the_same_files_from_the_checkout_and_from_the_sdist(
+        what: str, dist: Path, source: Path, tmp_path: Path) -> None:
+    """`pip wheel .` and what `pip install deploykit-*.tar.gz` builds first."""
+    target = "." if what == "checkout" else str(dist / SDIST)
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), "."], cwd=source)
+         "-w", str(tmp_path), target], cwd=source)
     with zipfile.ZipFile(tmp_path / WHEEL) as direct, zipfile.ZipFile(dist / WHEEL) as built:
         assert set(direct.namelist()) == set(built.namelist())
 
