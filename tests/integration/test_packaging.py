@@ -9,6 +9,7 @@ package index: measured about 20 s with a warm pip cache, docs/install.md).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -171,6 +172,21 @@ def test_the_installed_wheel_finds_its_roundtrip_drivers(venv: Path, elsewhere: 
     paths = run([str(venv / "bin" / "python"), "-c", script], elsewhere, clean_env()).stdout
     for path in paths.split():
         assert Path(path).is_file() and Path(path).is_relative_to(content_of(venv)), path
+
+
+def test_the_installed_wheel_digests_the_same_code_as_the_checkout(venv: Path,
+                                                                   elsewhere: Path) -> None:
+    """Converge records compare this digest: a host converged from a checkout is not
+    re-converged from the wheel of the same tree (roles and plugins: the collection copy)."""
+    from deploy_kit.ops.inputs import code_inputs
+
+    script = ("import json; from deploy_kit.ops.inputs import code_inputs; "
+              "from deploy_kit.project import project_dir; "
+              "print(json.dumps(code_inputs(project_dir())))")
+    installed = json.loads(run([str(venv / "bin" / "python"), "-c", script], elsewhere,
+                               clean_env()).stdout)
+    assert installed == code_inputs(REPO)
+    assert installed["role_options"]
 
 
 def test_a_broken_plugin_warns_and_every_verb_keeps_working(venv: Path, elsewhere: Path,
