@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DK     := $(BIN)/deploykit
+# a fresh venv outside the checkout holding the built wheels (wheel-venv; docs/install.md)
+INSTALLED ?= /var/tmp/deploykit-installed
 
 .PHONY: install test test-lab unit lint golden docs lab lab-down bench clean plan-example dist ee-context set-version \
-        lab-prefetch-background
+        lab-prefetch-background wheel-venv
 
 install: $(DK)
 
@@ -25,10 +27,12 @@ lab-down: install
 	$(DK) lab down
 
 ## Tier 1, what CI runs: lint, unit, checks, loopback integration, and one lab session
-## (tests/lab/core: the serving profile). The lab's downloads and Go builds start first, in
-## the background, beside lint and the unit tests (root only; without root the lab skips).
-test: install lab-prefetch-background lint
-	$(BIN)/pytest tests/unit tests/checks tests/integration tests/lab/core
+## (tests/lab/core: the serving profile) driven through the installed wheel (DEPLOYKIT_CLI,
+## wheel-venv). The lab's downloads and Go builds start first, in the background, beside
+## lint and the unit tests (root only; without root the lab skips).
+test: install lab-prefetch-background lint wheel-venv
+	DEPLOYKIT_CLI=$(INSTALLED)/bin/deploykit \
+	  $(BIN)/pytest tests/unit tests/checks tests/integration tests/lab/core
 
 ## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
 test-lab: install
@@ -65,11 +69,18 @@ bench: install
 	$(DK) bench storage --inventory lab
 	$(DK) bench ttft --inventory lab --lengths 4096 --repeats 3
 
-## The wheel (roles, playbooks, templates inside) and the Ansible collection, in dist/.
+## The sdist and the wheel built from it (roles, playbooks, templates inside), the lab's
+## wheel and the Ansible collection, in dist/.
 dist: install
 	$(BIN)/python tools/version.py --check
-	rm -rf dist && $(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
+	rm -rf dist && $(BIN)/python -m build -o dist .
+	$(BIN)/python -m build --wheel -o dist deploykit-lab
 	$(BIN)/ansible-galaxy collection build --force --output-path dist .
+
+## The product and lab wheels installed into a fresh venv outside the checkout, as a user's.
+wheel-venv: dist
+	rm -rf $(INSTALLED) && $(PYTHON) -m venv $(INSTALLED)
+	$(INSTALLED)/bin/pip install -q dist/deploykit-*.whl dist/deploykit_lab-*.whl
 
 ## The build context for an AWX/AAP execution environment (then: ansible-builder build).
 ee-context: dist

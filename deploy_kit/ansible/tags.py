@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.project import collection_dir
+
 # tags Ansible itself gives a meaning to
 SPECIAL = frozenset({"all", "always", "never", "tagged", "untagged"})
 
@@ -32,8 +34,9 @@ def _tags_in(node: Any) -> Iterator[str]:
 @cache
 def known_tags(project: Path) -> frozenset[str]:
     found: set[str] = set()
-    for folder in ("playbooks", "roles"):
-        for path in sorted((project / folder).rglob("*.yml")):
+    # a wheel keeps its roles in the collection copy, not beside the playbooks
+    for folder in (project / "playbooks", collection_dir(project) / "roles"):
+        for path in sorted(folder.rglob("*.yml")):
             if "molecule" in path.parts or "templates" in path.parts:
                 continue
             try:

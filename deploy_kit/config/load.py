@@ -22,14 +22,17 @@ from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
 
 
-def resolve_inventory_path(name_or_path: str, project_dir: Path) -> Path:
-    """`prod` -> <project>/inventory/prod; any existing path is used as it is."""
+def resolve_inventory_path(name_or_path: str, project_dir: Path,
+                           local: Path | None = None) -> Path:
+    """`prod` -> <local>/prod, else <project>/inventory/prod (an installed wheel: the site's
+    ./inventory/prod, else a bundled one such as `example`); an existing path is used as it is."""
     candidate = Path(name_or_path)
     if candidate.exists():
         return candidate.resolve()
-    named = project_dir / "inventory" / name_or_path
-    if named.exists():
-        return named.resolve()
+    for named in ([local / name_or_path] if local else []) + \
+            [project_dir / "inventory" / name_or_path]:
+        if named.exists():
+            return named.resolve()
     raise InventoryError([Problem(str(candidate), "--inventory", "no such inventory",
                                   f"create inventory/{name_or_path}/hosts.yml or pass a path")])
 

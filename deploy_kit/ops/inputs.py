@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
+from deploy_kit.project import collection_dir
 
 INPUTS_PATH = "/.deploykit/inputs.json"
 CODE = ("roles", "playbooks", "plugins")
@@ -44,7 +45,7 @@ def role_options(project: Path) -> list[str]:
     does not hold: the inputs the roles read beyond the rendered tree (secrets, run options;
     tests/unit/test_roles.py keeps the specs complete)."""
     names: set[str] = set()
-    for spec in sorted(project.glob("roles/*/meta/argument_specs.yml")):
+    for spec in sorted(collection_dir(project).glob("roles/*/meta/argument_specs.yml")):
         entries = (yaml.safe_load(spec.read_text()) or {}).get("argument_specs", {})
         for entry in entries.values():
             names.update((entry or {}).get("options", {}) or {})
@@ -55,5 +56,7 @@ def code_inputs(project: Path) -> dict[str, Any]:
     digest = hashlib.sha256()
     for part in CODE:
         digest.update(f"\0code {part}\0".encode())
-        tree_digest(project / part, digest)
+        # roles and plugins: in a wheel, the collection copy (the same files as a checkout's)
+        root = project if part == "playbooks" else collection_dir(project)
+        tree_digest(root / part, digest)
     return {"code_digest": digest.hexdigest(), "role_options": role_options(project)}

@@ -21,13 +21,12 @@ from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
-from deploy_kit.project import project_dir
+from deploy_kit.project import DRIVERS, driver_path
 from deploy_kit.render import lmcache_server, tls
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.transport.hosts import run_on, sections
 from deploy_kit.verify.model import Finding, Status
 
-DRIVERS = {"s3": "tools/lmcache_roundtrip.py", "nixl": "tools/lmcache_nixl_roundtrip.py"}
 TOKENS = 512  # two 256-token chunks
 # what a driver's output says, and what it means for the operator
 DRIVER_FAILURES = (
@@ -97,7 +96,7 @@ def _run_driver(site: Site, host: Host, deployed: HostFiles, mode: str, seed: st
     env = dict(deployed.env)
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
-    driver = (project_dir() / DRIVERS[host.config.lmcache_mode]).read_text()
+    driver = driver_path(host.config.lmcache_mode).read_text()
     output = local(host, deployed, env, driver, args) if local else None
     if output is None:
         # a failing driver's output (2>&1) is what names the cause: read it whatever the exit

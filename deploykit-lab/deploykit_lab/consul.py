@@ -1,6 +1,6 @@
-"""A real Consul agent built from the Go module proxy (tools/consul), cached with its sha256.
+"""A real Consul agent built from the Go module proxy (go/consul), cached with its sha256.
 
-Consul is pinned to v1.16.3 by tools/consul/go.mod and go.sum: the last MPL-2.0 release line
+Consul is pinned to v1.16.3 by go/consul/go.mod and go.sum: the last MPL-2.0 release line
 (1.17 and later are BUSL). The first build takes about 11 minutes on two cores; later lab runs
 reuse /var/cache/deploykit/consul-1.16.3/. Roles install it from the controller and check the
 sha256 recorded here, so lab hosts never reach a registry.
@@ -13,8 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from deploy_kit.project import project_dir
-from deploykit_lab.layout import CACHE_DIR
+from deploykit_lab.layout import CACHE_DIR, GO_DIR
 from deploykit_lab.system import cache_lock, go_binary, run
 
 CONSUL_VERSION = "1.16.3"
@@ -53,7 +52,7 @@ def _ensure_consul() -> Path:
     if target.exists() and recorded.exists():
         return target
     consul_dir().mkdir(parents=True, exist_ok=True)
-    source = project_dir() / "tools" / "consul"
+    source = GO_DIR / "consul"
     build = CACHE_DIR / "consul-build"
     shutil.rmtree(build, ignore_errors=True)
     shutil.copytree(source, build)

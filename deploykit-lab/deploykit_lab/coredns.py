@@ -1,4 +1,4 @@
-"""A real CoreDNS binary built from the Go module proxy (tools/coredns), cached."""
+"""A real CoreDNS binary built from the Go module proxy (go/coredns), cached."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
-from deploy_kit.project import project_dir
-from deploykit_lab.layout import CACHE_DIR, coredns_binary
+from deploykit_lab.layout import CACHE_DIR, GO_DIR, coredns_binary
 from deploykit_lab.system import cache_lock, go_binary, run
 
-# The CoreDNS version is pinned by tools/coredns/go.mod and go.sum.
+# The CoreDNS version is pinned by go/coredns/go.mod and go.sum.
 
 
 def ensure_coredns() -> Path:
@@ -22,7 +21,7 @@ def _ensure_coredns() -> Path:
     target = coredns_binary()
     if target.exists():
         return target
-    source = project_dir() / "tools" / "coredns"
+    source = GO_DIR / "coredns"
     build = CACHE_DIR / "coredns-build"
     shutil.rmtree(build, ignore_errors=True)
     shutil.copytree(source, build)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.project import project_dir
+from deploy_kit.project import inventories_dir
 from deploykit_lab import ceph, hosts, image, serving, upstream
 from deploykit_lab.consul import ensure_consul
 from deploykit_lab.coredns import ensure_coredns
@@ -42,7 +42,9 @@ class Step:
 
 
 def lab_inventory_dir() -> Path:
-    return project_dir() / "inventory" / "lab"
+    """inventory/lab of this checkout, or ./inventory/lab beside an installed deploykit's
+    ./runs: where `--inventory lab` finds it."""
+    return inventories_dir() / "lab"
 
 
 def _state() -> dict[str, Any]:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 LAB_DIR = Path("/var/lib/deploykit-lab")
 CACHE_DIR = Path("/var/cache/deploykit")
+# the Go modules the lab builds CoreDNS and Consul from (package data: an installed
+# deploykit-lab builds them too)
+GO_DIR = Path(__file__).resolve().parent / "go"
 STATE_FILE = LAB_DIR / "state.json"
 CEPH_DIR = LAB_DIR / "ceph"
 HOSTS_DIR = LAB_DIR / "hosts"
@@ -89,11 +92,9 @@ def lab_hosts(count: int) -> list[LabHost]:
 
 def coredns_binary() -> Path:
     """The cached build, named by its version and its plugin list: a plugin added to
-    tools/coredns/main.go (the Corefile uses it) builds a new binary instead of reusing one
+    go/coredns/main.go (the Corefile uses it) builds a new binary instead of reusing one
     that would refuse the directive."""
     import hashlib
 
-    from deploy_kit.project import project_dir
-
-    plugins = (project_dir() / "tools" / "coredns" / "main.go").read_bytes()
+    plugins = (GO_DIR / "coredns" / "main.go").read_bytes()
     return CACHE_DIR / f"coredns-1.12.1-{hashlib.sha256(plugins).hexdigest()[:12]}"

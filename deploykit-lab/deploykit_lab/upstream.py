@@ -25,7 +25,7 @@ def address() -> str:
 
 def corefile() -> str:
     entries = "\n".join(f"        {ip} {name}" for name, ip in sorted(NAMES.items()))
-    # no `bind`: the lab's CoreDNS build has no bind plugin (tools/coredns/main.go)
+    # no `bind`: the lab's CoreDNS build has no bind plugin (go/coredns/main.go)
     return (f".:{PORT} {{\n    errors\n    hosts {{\n{entries}\n"
             "        ttl 30\n    }\n}\n")
 

@@ -7,6 +7,11 @@ A package's conftest.py declares its session: `lab, converged = session_fixtures
 Every deploykit call and every test's duration is appended to runs/lab-suite/timings.json.
 
 Needs root; CI runs it (DEPLOYKIT_REQUIRE_TOOLS=1 makes a missing lab a failure, not a skip).
+
+With DEPLOYKIT_CLI naming an installed `deploykit` (`make test`: the wheel in a fresh venv
+outside the checkout, Makefile wheel-venv), every deploykit call runs that executable from
+LAB_SITE, a directory outside the checkout where `lab up` writes inventory/lab, as an
+operator's site directory; without it, `python -m deploy_kit` from the checkout.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ CEPH_CONF = "/var/lib/deploykit-lab/ceph/ceph.conf"
 LAB_RUNS = REPO / "runs" / "lab-suite"  # every run the lab suite starts, and only those
 TIMINGS = LAB_RUNS / "timings.json"
 VAULT_PASSWORD = "/var/lib/deploykit-lab/vault-password"  # the secured profile's
+INSTALLED_CLI = os.environ.get("DEPLOYKIT_CLI")
+# where deploykit runs and `lab up` writes inventory/lab: one lab per machine, so one path
+LAB_SITE = Path("/var/tmp/deploykit-lab-site") if INSTALLED_CLI else REPO
+LAB_INVENTORY = LAB_SITE / "inventory" / "lab"
 
 
 def record_timing(entry: dict[str, Any]) -> None:
@@ -50,14 +59,18 @@ class Lab:
         # the suite's runs get their own root: a unit test writing runs/ in the same checkout
         # at the same time must not pass for this converge's run
         env = {**os.environ, "DEPLOYKIT_RUNS_DIR": str(LAB_RUNS)}
+        if INSTALLED_CLI:  # the install's own code only: no checkout on its import path
+            env.pop("PYTHONPATH", None)
         if self.profile == "secured":  # its Consul tokens are vaulted, as a CI rollout's are
             env["ANSIBLE_VAULT_PASSWORD_FILE"] = VAULT_PASSWORD
         return env
 
     def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         start = time.monotonic()
-        result = subprocess.run([sys.executable, "-m", "deploy_kit", *args], cwd=REPO,
-                                capture_output=True, text=True, timeout=1800, env=self.env())
+        cli = [INSTALLED_CLI] if INSTALLED_CLI else [sys.executable, "-m", "deploy_kit"]
+        LAB_SITE.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run([*cli, *args], cwd=LAB_SITE, capture_output=True, text=True,
+                                timeout=1800, env=self.env())
         record_timing({"kind": "deploykit", "profile": self.profile, "argv": list(args),
                        "rc": result.returncode,
                        "seconds": round(time.monotonic() - start, 1)})
@@ -89,7 +102,7 @@ def lab_model() -> Path:
     inventory names it: the controller path the serving role stages from."""
     import yaml
 
-    hosts = yaml.safe_load((REPO / "inventory" / "lab" / "hosts.yml").read_text())
+    hosts = yaml.safe_load((LAB_INVENTORY / "hosts.yml").read_text())
     return Path(hosts["all"]["children"]["vllm"]["vars"]["vllm_model"])
 
 

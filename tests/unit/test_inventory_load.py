@@ -82,6 +82,18 @@ def test_inventory_name_resolves_under_project(tmp_path: Path) -> None:
         resolve_inventory_path("nope", tmp_path)
 
 
+def test_an_installed_wheel_finds_the_sites_inventory_before_its_bundled_ones(
+        tmp_path: Path) -> None:
+    bundled, local = tmp_path / "content", tmp_path / "site" / "inventory"
+    for root in (bundled / "inventory", local):
+        (root / "example").mkdir(parents=True)
+    (local / "lab").mkdir()
+    assert resolve_inventory_path("lab", bundled, local) == local / "lab"
+    assert resolve_inventory_path("example", bundled, local) == local / "example"
+    (local / "example").rmdir()
+    assert resolve_inventory_path("example", bundled, local) == bundled / "inventory" / "example"
+
+
 def test_missing_hosts_file_and_bad_yaml(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match=r"hosts\.yml: missing"):
         load_inventory(tmp_path)

@@ -84,3 +84,17 @@ def test_skipping_a_preflight_keeps_settings_and_the_other_phases(rendered: Path
 def test_preflight_runs_with_any_phase_tag(rendered: Path) -> None:
     tasks = listed(rendered, "--tags", "ceph_rgw_configure")
     assert [t for t in tasks if "ceph_rgw_preflight" in t[2]], "checks skipped by a phase tag"
+
+
+def test_tags_are_found_where_a_wheel_keeps_its_roles(tmp_path: Path) -> None:
+    """A wheel's content has no roles/ beside the playbooks: they live in the collection copy."""
+    from deploy_kit.ansible.tags import known_tags, unknown_tags
+    from deploy_kit.project import COLLECTION
+
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "site.yml").write_text("- hosts: all\n  tags: [site]\n")
+    tasks = tmp_path / COLLECTION / "roles" / "coredns" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text("- name: Configure\n  tags: [coredns_configure]\n")
+    assert {"site", "coredns_configure"} <= known_tags(tmp_path)
+    assert unknown_tags(("coredns_configure", "nope"), tmp_path) == ["nope"]

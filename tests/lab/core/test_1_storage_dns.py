@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.lab.conftest import Lab, ceph, runs_dirs, s3_round_trip
+from tests.lab.conftest import LAB_INVENTORY, Lab, ceph, runs_dirs, s3_round_trip
 
 pytestmark = pytest.mark.lab
 
@@ -23,7 +22,7 @@ WATCHED = ["/etc/ceph/ceph.conf", "/etc/haproxy/haproxy.cfg", "/etc/coredns/Core
 
 
 def lab_settings() -> dict:
-    return yaml.safe_load((REPO / "inventory/lab/group_vars/all/lab.yml").read_text())
+    return yaml.safe_load((LAB_INVENTORY / "group_vars/all/lab.yml").read_text())
 
 
 def test_second_run_changes_nothing(converged: Lab) -> None:
@@ -114,7 +113,7 @@ def test_secret_key_appears_in_no_output_or_run_record(converged: Lab) -> None:
     assert written
     for path in written:
         assert secret.encode() not in path.read_bytes(), path
-    assert secret.encode() not in (REPO / "inventory" / "lab").joinpath(
+    assert secret.encode() not in LAB_INVENTORY.joinpath(
         "group_vars/all/lab.yml").read_bytes()
 
 
@@ -127,7 +126,7 @@ def test_lab_status_reports_up(lab: Lab) -> None:
 def test_lab_up_on_a_running_lab_writes_this_checkouts_inventory(lab: Lab,
                                                                  tmp_path: Path) -> None:
     """As from a second checkout: no inventory/lab here, the lab already up."""
-    inventory = REPO / "inventory" / "lab"
+    inventory = LAB_INVENTORY
     kept = tmp_path / "lab"
     shutil.move(inventory, kept)
     try:

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.lab.conftest import LAB_KEY, Lab, runs_dirs
+from tests.lab.conftest import LAB_INVENTORY, LAB_KEY, Lab, runs_dirs
 
 pytestmark = pytest.mark.lab
 
@@ -33,7 +32,7 @@ def _ini_value(value: Any) -> str:
 
 def write_alias_inventory(root: Path) -> Path:
     """inventory/lab rewritten as a fleet would have it: INI + ssh_config + group_vars."""
-    lab = REPO / "inventory" / "lab"
+    lab = LAB_INVENTORY
     doc = yaml.safe_load((lab / "hosts.yml").read_text())["all"]
     root.mkdir(parents=True)
     ssh_config = root / "ssh_config"

@@ -19,14 +19,13 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.lab.conftest import Lab
+from tests.lab.conftest import LAB_INVENTORY, Lab
 from tests.lab.vllm_http import SERVING, complete
 
 pytestmark = pytest.mark.lab
 
 GATEWAYS = {"lab1": "10.99.0.11", "lab2": "10.99.0.12"}
-OVERRIDE = REPO / "inventory" / "lab" / "group_vars" / "all" / "zz-maintenance.yml"
+OVERRIDE = LAB_INVENTORY / "group_vars" / "all" / "zz-maintenance.yml"
 CHANGES = {
     "ceph_rgw_thread_pool_size": 48,       # ceph.conf: every gateway restarts
     "ceph_rgw_concentrator_maxconn": 4000,  # haproxy.cfg: every concentrator reloads

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.lab.conftest import Lab
+from tests.lab.conftest import LAB_INVENTORY, Lab
 
 pytestmark = pytest.mark.lab
 
@@ -66,7 +65,7 @@ def test_lab_down_leaves_nothing_and_is_safe_twice(lab: Lab) -> None:
     assert leftovers() == []
     lab.deploykit("lab", "down")  # the fixture's teardown runs it a third time
     assert leftovers() == []
-    assert not (REPO / "inventory" / "lab").exists()
+    assert not LAB_INVENTORY.exists()
     status = lab.deploykit("lab", "status", check=False)
     assert status.returncode == 7
 
