@@ -24,7 +24,8 @@ def open_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None 
     secrets = vault if isinstance(vault, VaultSecrets) else from_password_file(vault)
     names = [inventory] if isinstance(inventory, str) else [str(i) for i in inventory]
     # a source named twice is read once, as Ansible reads it
-    paths = list(dict.fromkeys(resolve_inventory_path(name, project_dir(), inventories_dir()) for name in names))
+    paths = list(dict.fromkeys(resolve_inventory_path(name, project_dir(), inventories_dir())
+                               for name in names))
     raw: RawInventory = load_inventory(paths[0], secrets, collect=True) if len(paths) == 1 \
         else load_with_ansible(paths, secrets)
     problems = list(raw.problems)
