@@ -319,17 +319,17 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
     for host in hosts.values():
         inline = {k.removeprefix("__inline__"): v for k, v in host.vars.items()}
         host.vars = {}
-        for group in ordered_groups:
-            if group != "all" and group not in host.groups:
-                continue
-            layers: list[tuple[dict[str, Any], str]] = []
-            if group in inline_group_vars:
-                layers.append(inline_group_vars[group])
-            layers += [(read_vars(f), str(f)) for f in group_files[group]]
-            for data, source in layers:
-                for key, value in data.items():
-                    host.vars[key] = value
-                    host.sources[key] = source
+        # Ansible's order (VARIABLE_PRECEDENCE): every group's vars written in the hosts file
+        # (all, then by depth) rank below every group_vars/ file (all, then by depth), so a
+        # child group's inline value loses to a parent's group_vars file
+        mine = [g for g in ordered_groups if g == "all" or g in host.groups]
+        layers: list[tuple[dict[str, Any], str]] = [
+            inline_group_vars[g] for g in mine if g in inline_group_vars]
+        layers += [(read_vars(f), str(f)) for g in mine for f in group_files[g]]
+        for data, source in layers:
+            for key, value in data.items():
+                host.vars[key] = value
+                host.sources[key] = source
         for key, value in inline.items():
             host.vars[key] = value
             host.sources[key] = str(hosts_file)
