@@ -34,9 +34,10 @@ class ActionModule(ActionBase):
             parent = Path(args.get("parent") or C.DEFAULT_LOCAL_TMP)
             scratch = Path(tempfile.mkdtemp(prefix="deploykit-render-", dir=parent))
             out = scratch / "tree"
-            if self._play_context.check_mode:
-                # check mode writes nothing beside the inventory: the would-be CA and
-                # certificates live in this run's scratch directory, which Ansible removes
+            # the run's --check (this task itself runs with check_mode: false, to render):
+            # nothing is written beside the inventory; the would-be CA and certificates
+            # live in this run's scratch directory, which Ansible removes
+            if task_vars.get("ansible_check_mode"):
                 issued, sources = check_site_tls(site, scratch / "tls")
             else:
                 issued, sources = ensure_site_tls(site), None  # as `up` does

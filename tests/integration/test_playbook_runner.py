@@ -145,3 +145,32 @@ def test_a_become_password_never_reaches_the_run_record(tmp_path: Path) -> None:
     for path in record_dir.rglob("*"):
         if path.is_file():
             assert "pw-0f9e8d7c" not in path.read_text(errors="replace"), path
+
+
+def test_a_plain_check_run_of_the_render_play_issues_nothing(make_inventory: InventoryFactory,
+                                                             tmp_path: Path) -> None:
+    """`ansible-playbook --check` of the collection's render play (the AWX path): no CA, key
+    or certificate lands beside the inventory; a real run issues them as `up` does."""
+    import os
+    import shlex
+    import subprocess
+
+    from tests.unit.test_check_mode_writes_nothing import TLS, tree_digest
+
+    root = make_inventory(all=TLS)
+    printed = run_cli("up", "-i", str(root), "--print-command",
+                      env={"DEPLOYKIT_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    words = shlex.split(printed.stdout)
+    env = {**os.environ, **dict(w.split("=", 1) for w in words[:2])}
+    site = next(i for i, w in enumerate(words) if w.endswith("/site.yml"))
+    render = [words[2], "-i", str(root), str(Path(words[site]).with_name("render.yml"))]
+    before = tree_digest(root)
+    checked = subprocess.run([*render, "--check"], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=300)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    assert tree_digest(root) == before
+    issued = subprocess.run(render, capture_output=True, text=True, cwd=tmp_path, env=env,
+                            timeout=300)
+    assert issued.returncode == 0, issued.stdout[-3000:] + issued.stderr[-2000:]
+    assert (root / ".deploykit-tls" / "ca.key").is_file()
