@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import on_site, reaching
+from deploy_kit.cli.connection import reached_site
 from deploy_kit.cli.options import (
     AskBecomeOpt,
     AskVaultOpt,
@@ -59,16 +59,16 @@ def bench_storage(inventory: InventoryOpt,
                   forks: ForksOpt = None) -> None:
     """Chunk-sized PUT/GET/HEAD through the S3 name: awscrt vs boto3, thread sweep."""
     from deploy_kit.bench.storage import describe, run
-    from deploy_kit.config.open import open_site
 
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
+    with reached_site(inventory,
+                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
+                      ConnectionOptions(become, ask_become_pass, become_user, user,
+                                        private_key, forks)) as site:
         with console().status("measuring S3 through the name…"):
-            result = run(on_site(open_site(inventory, secrets), connection), sweep,
-                         objects, out, int(object_mib * 2**20) if object_mib else None)
+            result = run(site, sweep, objects, out,
+                         int(object_mib * 2**20) if object_mib else None)
         for line in describe(result):
             console().print(line, markup=False, soft_wrap=True)
         console().print(f"wrote {', '.join(result['files'])}")
@@ -107,13 +107,12 @@ def bench_ttft(inventory: InventoryOpt,
 
     require_bench_extra("matplotlib")
     from deploy_kit.bench import ttft, ttft_report
-    from deploy_kit.config.open import open_site
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        site = on_site(open_site(inventory, secrets), connection)
+    with reached_site(inventory,
+                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
+                      ConnectionOptions(become, ask_become_pass, become_user, user,
+                                        private_key, forks)) as site:
         console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
         if not yes and site.name != "lab":
             if not sys.stdin.isatty():

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import on_site, reaching
+from deploy_kit.cli.connection import reached_site
 from deploy_kit.cli.options import (
     AskBecomeOpt,
     AskVaultOpt,
@@ -41,13 +41,12 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
     """Count, bytes and age of cache objects per model / TP×PP / dtype."""
     from deploy_kit.cache.keys import aggregate
     from deploy_kit.cache.store import list_model_objects, list_objects, open_bucket
-    from deploy_kit.config.open import open_site
     from deploy_kit.console import human_bytes
 
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        site = on_site(open_site(inventory, secrets), connection)
+    with reached_site(inventory,
+                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
+                      ConnectionOptions(become, ask_become_pass, become_user, user,
+                                        private_key, forks)) as site:
         bucket = open_bucket(site)
         groups, foreign = aggregate(list_model_objects(bucket, model) if model else
                                     list_objects(bucket))
@@ -89,12 +88,12 @@ def cache_purge(inventory: InventoryOpt,
                 forks: ForksOpt = None) -> None:
     """Delete every cache object of one model (e.g. between TTFT runs)."""
     from deploy_kit.cache.store import delete_objects, list_model_objects, open_bucket
-    from deploy_kit.config.open import open_site
 
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        bucket = open_bucket(on_site(open_site(inventory, secrets), connection))
+    with reached_site(inventory,
+                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
+                      ConnectionOptions(become, ask_become_pass, become_user, user,
+                                        private_key, forks)) as site:
+        bucket = open_bucket(site)
         objects = list_model_objects(bucket, model)
         if not objects:
             console().print(f"no cache objects for {model}")

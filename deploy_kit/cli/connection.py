@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from deploy_kit.cli.options import ConnectionOptions
+from deploy_kit.cli.options import ConnectionOptions, VaultOptions
 from deploy_kit.config.site import Site
 
 
@@ -43,3 +43,15 @@ def reaching(connection: ConnectionOptions, ask: bool = True) -> Iterator[Connec
 def on_site(site: Site, connection: ConnectionOptions) -> Site:
     """The site whose host contacts (deploy_kit.transport.hosts) use these flags."""
     return dataclasses.replace(site, connection=tuple(connection.argv()))
+
+
+@contextmanager
+def reached_site(inventory: list[str], vault: VaultOptions,
+                 connection: ConnectionOptions) -> Iterator[Site]:
+    """The site a host-reading verb works on: vault secrets read once (a prompt asks here),
+    -K answered once, and its host contacts using the connection flags."""
+    from deploy_kit.config.open import open_site
+
+    secrets = vault.secrets()
+    with reaching(connection) as reach:
+        yield on_site(open_site(inventory, secrets), reach)
