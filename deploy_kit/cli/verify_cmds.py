@@ -52,28 +52,21 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
             roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json"),
             connection: ConnectionOptions | None = None) -> None:
-    import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
     from deploy_kit.config.open import open_site
-    from deploy_kit.config.selection import SelectionError, check_ids, limited_hosts
+    from deploy_kit.config.selection import SelectionError
     from deploy_kit.verify import report
-    from deploy_kit.verify.gather import gather, storage_measurement
-    from deploy_kit.verify.model import CHECKS, Status, evaluate
+    from deploy_kit.verify.model import Status
+    from deploy_kit.verify.run import verify_pass
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
     site = on_site(open_site(site_name, vault.secrets()), connection or ConnectionOptions())
     try:
-        only = check_ids(requested, list(CHECKS))
-        # --limit: only these hosts are contacted; checks needing others skip, saying why
-        chosen = limited_hosts(site, limit) if limit else None
+        with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
+            done = verify_pass(site, requested, limit, storage_result)
     except SelectionError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
-        observation = gather(site, reach=chosen)
-    if chosen is not None:
-        site = site.limit(chosen)  # the round trip too stays within the limit
-    observation.storage = storage_measurement(storage_result, site.name)
-    findings = evaluate(observation, only)
+    site, observation, findings = done.site, done.observation, done.findings
     if roundtrip or roundtrip_store:
         from deploy_kit.plugins import roundtrip_driver
         from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip

@@ -39,23 +39,16 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         try:
-            import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
-            from deploy_kit.config.selection import check_ids, limited_hosts
             from deploy_kit.verify import report
-            from deploy_kit.verify.gather import gather, storage_measurement
-            from deploy_kit.verify.model import CHECKS, Status, evaluate
+            from deploy_kit.verify.model import Status
+            from deploy_kit.verify.run import verify_pass
 
-            site = open_site(args, task_vars, self._loader)
-            only = check_ids(args.get("checks") or None, list(CHECKS))
-            if args.get("limit"):  # as `verify --limit`: narrows the serving hosts only
-                chosen = limited_hosts(site, str(args["limit"]))
-                site = site.limit(chosen | {h.name for h in site.hosts.values()
-                                            if not h.groups & {"vllm"}})
-            observation = gather(site)
-            observation.storage = storage_measurement(
-                Path(args.get("storage_result") or "runs/bench-storage/storage.json"),
-                site.name)
-            findings = evaluate(observation, only)
+            # as `deploykit verify --limit`: only the limited hosts are contacted
+            done = verify_pass(open_site(args, task_vars, self._loader),
+                               args.get("checks") or None, args.get("limit") or None,
+                               Path(args.get("storage_result")
+                                    or "runs/bench-storage/storage.json"))
+            site, observation, findings = done.site, done.observation, done.findings
             text = report.to_json(findings, site.name)
             path = Path(args.get("report") or default_report())
             path.parent.mkdir(parents=True, exist_ok=True)

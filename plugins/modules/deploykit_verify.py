@@ -23,7 +23,9 @@ options:
     description: only these check ids (default every check)
   limit:
     type: str
-    description: as C(deploykit verify --limit), narrows the serving hosts
+    description: >-
+      as C(deploykit verify --limit): only these hosts are contacted; checks that need
+      others skip, saying why
   report:
     type: path
     description: >-
