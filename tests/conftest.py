@@ -44,6 +44,16 @@ BASE_HOSTS = {
 
 InventoryFactory = Callable[..., Path]
 
+# one CPU serving host running two vLLM instances behind its LMCache server
+CPU_TWO_INSTANCES = {"all": {"children": {
+    "ceph_admin": {"hosts": {"adm1": {"ansible_host": "10.0.0.10"}}},
+    "rgw": {"hosts": {"rgw1": {"ansible_host": "10.0.0.11"}}},
+    "consul_servers": {"hosts": {"c1": {"ansible_host": "10.0.0.21"}}},
+    "dns": {"hosts": {"dns1": {"ansible_host": "10.0.0.31"}}},
+    "vllm": {"hosts": {"cpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2}},
+             "vars": {"vllm_accelerator": "cpu", "vllm_version": "0.32.0",
+                      "lmcache_topology": "server", "vllm_model": "Qwen/Qwen3-8B"}}}}}
+
 
 @pytest.fixture
 def make_inventory(tmp_path: Path) -> InventoryFactory:

@@ -19,7 +19,7 @@ import pytest
 
 from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
-from tests.conftest import InventoryFactory
+from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="needs root and unshare (cgroups, a private /dev/shm)")
@@ -57,14 +57,7 @@ def _worker_in(cgroup: Path) -> subprocess.Popen[bytes]:
 
 def test_a_stop_removes_its_own_and_dead_segments_never_a_live_siblings(
         units: Path, make_inventory: InventoryFactory) -> None:
-    hosts = {"all": {"children": {
-        "ceph_admin": {"hosts": {"adm1": {"ansible_host": "10.0.0.10"}}},
-        "rgw": {"hosts": {"rgw1": {"ansible_host": "10.0.0.11"}}},
-        "consul_servers": {"hosts": {"c1": {"ansible_host": "10.0.0.21"}}},
-        "dns": {"hosts": {"dns1": {"ansible_host": "10.0.0.31"}}},
-        "vllm": {"hosts": {"cpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2}},
-                 "vars": {"vllm_accelerator": "cpu", "vllm_version": "0.32.0",
-                          "lmcache_topology": "server", "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    hosts = CPU_TWO_INSTANCES
     unit_text = render_site(open_site(str(make_inventory(hosts))))["cpu1"][
         "/etc/systemd/system/vllm.service"].content
     [line] = [line for line in unit_text.splitlines() if line.startswith("ExecStopPost=")]

@@ -9,7 +9,7 @@ from pathlib import Path
 from deploy_kit.config.open import open_site
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
 from deploy_kit.render.files import render_site
-from tests.conftest import InventoryFactory
+from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
 
 
 def _argv_port(unit: str) -> int:
@@ -83,14 +83,7 @@ def test_one_engine_hosts_keep_their_names_and_see_every_device(
 
 def test_cpu_instances_share_the_cores_and_restart_with_their_server(
         make_inventory: InventoryFactory) -> None:
-    hosts = {"all": {"children": {
-        "ceph_admin": {"hosts": {"adm1": {"ansible_host": "10.0.0.10"}}},
-        "rgw": {"hosts": {"rgw1": {"ansible_host": "10.0.0.11"}}},
-        "consul_servers": {"hosts": {"c1": {"ansible_host": "10.0.0.21"}}},
-        "dns": {"hosts": {"dns1": {"ansible_host": "10.0.0.31"}}},
-        "vllm": {"hosts": {"cpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2}},
-                 "vars": {"vllm_accelerator": "cpu", "vllm_version": "0.32.0",
-                          "lmcache_topology": "server", "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    hosts = CPU_TWO_INSTANCES
     site = open_site(str(make_inventory(hosts)))
     files = render_site(site)["cpu1"]
     for unit in ("vllm", "vllm-1"):
