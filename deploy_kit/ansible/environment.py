@@ -50,11 +50,11 @@ def collections_path(project: Path, manager: Any) -> str:
     return ":".join(paths)
 
 
-def playbook_variables(project: Path) -> dict[str, str]:
+def playbook_variables(project: Path, manager: Any = None) -> dict[str, str]:
     """What a plain ansible-playbook run of deploykit's playbooks needs (--print-command
     shows these): the deploykit.kvcache collection on the collections path, and the
-    settings in PLAYBOOK_VARIABLES."""
-    _found, manager = user_config()
+    settings in PLAYBOOK_VARIABLES. `manager`: the user's configuration, when already read."""
+    manager = manager if manager is not None else user_config()[1]
     return {"ANSIBLE_COLLECTIONS_PATH": collections_path(project, manager),
             **PLAYBOOK_VARIABLES}
 
@@ -65,6 +65,5 @@ def runner_variables(project: Path) -> dict[str, str]:
     unless ANSIBLE_HOST_KEY_CHECKING is set)."""
     _found, manager = user_config()
     checking = bool(manager.get_config_value("HOST_KEY_CHECKING"))
-    return {"ANSIBLE_COLLECTIONS_PATH": collections_path(project, manager),
-            **PLAYBOOK_VARIABLES, **RUNNER_VARIABLES,
+    return {**playbook_variables(project, manager), **RUNNER_VARIABLES,
             "ANSIBLE_HOST_KEY_CHECKING": "True" if checking else "False"}
