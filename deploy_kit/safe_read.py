@@ -8,6 +8,7 @@ is reported by name instead of crashing.
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 from pathlib import Path
@@ -110,6 +111,36 @@ def _vault_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> VaultText:
 
 
 StrictLoader.add_constructor("!vault", _vault_constructor)
+
+
+class UnsafeText(str):
+    """A string under Ansible's `!unsafe` tag: Ansible never templates it, so deploykit
+    takes it as the literal it is (`{{` in it is text, not Jinja)."""
+
+
+def _unsafe(value: Any, done: dict[int, Any]) -> Any:
+    """`value` with its strings marked; an aliased node is converted once and stays shared
+    (an alias bomb stays as small as written, for check_structure to refuse)."""
+    if isinstance(value, str):
+        return UnsafeText(value)
+    if not isinstance(value, (list, dict)):
+        return value
+    if id(value) not in done:
+        done[id(value)] = value  # a recursive alias: check_structure reports the cycle
+        done[id(value)] = [_unsafe(v, done) for v in value] if isinstance(value, list) else \
+            {k: _unsafe(v, done) for k, v in value.items()}
+    return done[id(value)]
+
+
+def _unsafe_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    """As Ansible's AnsibleConstructor.construct_yaml_unsafe: the node's own type by the
+    implicit rules (`!unsafe 8000` is an int), every string in it marked unsafe."""
+    untagged = copy.copy(node)
+    untagged.tag = loader.resolve(type(node), node.value, (True, False))  # type: ignore[arg-type]
+    return _unsafe(loader.construct_object(untagged, deep=True), {})
+
+
+StrictLoader.add_constructor("!unsafe", _unsafe_constructor)
 
 
 def check_structure(data: Any) -> str | None:
