@@ -136,7 +136,7 @@ def _unsafe_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     """As Ansible's AnsibleConstructor.construct_yaml_unsafe: the node's own type by the
     implicit rules (`!unsafe 8000` is an int), every string in it marked unsafe."""
     untagged = copy.copy(node)
-    untagged.tag = loader.resolve(type(node), node.value, (True, False))  # type: ignore[arg-type]
+    untagged.tag = loader.resolve(type(node), node.value, (True, False))  # type: ignore[no-untyped-call]
     return _unsafe(loader.construct_object(untagged, deep=True), {})
 
 

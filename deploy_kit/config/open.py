@@ -11,6 +11,7 @@ from deploy_kit.config.fit import with_server_l1
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.raw import RawInventory
 from deploy_kit.config.rules import validate_site
+from deploy_kit.config.rules_inventory import validate_raw
 from deploy_kit.config.site import Site, build_site
 from deploy_kit.config.vault import VaultSecrets, from_password_file
 from deploy_kit.core.errors import InventoryError
@@ -32,7 +33,7 @@ def open_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None 
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
         site = with_server_l1(site)  # the LMCache server's computed L1 (config/fit.py)
-        problems += more + validate_site(site)
+        problems += more + validate_site(site) + validate_raw(raw)
     if problems:
         raise InventoryError(problems)
     return dataclasses.replace(site, vault=secrets, sources=tuple(paths))

@@ -15,7 +15,6 @@ from typing import Any
 from deploy_kit.config import fit
 from deploy_kit.config.instances import DEVICE_ENV, instance_count, instances, workers
 from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
-from deploy_kit.config.site import GROUPS as GROUP_NAMES
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
@@ -679,22 +678,7 @@ def no_secrets_in_plain_files(site: Site) -> Iterator[Problem]:
                               hosts=(host.name,))
 
 
-@rule
-def addresses_distinct(site: Site) -> Iterator[Problem]:
-    """Two inventory hosts with one address in a tier are one machine counted twice: DNS
-    answers and quorum sizes would be wrong."""
-    for group in GROUP_NAMES:
-        by_address: dict[str, list[Host]] = {}
-        for host in site.group(group):
-            by_address.setdefault(host.address, []).append(host)
-        for address, members in sorted(by_address.items()):
-            if len(members) > 1:
-                first = members[0]
-                key = "deploykit_address" if first.config.deploykit_address else "ansible_host"
-                yield Problem(_src(site, first, key), key,
-                              f"address {address} is given to {len(members)} hosts of {group}",
-                              "give each host its own address",
-                              hosts=tuple(sorted(h.name for h in members)))
+# addresses_distinct: one machine under two names is rules_inventory.one_name_per_machine
 
 
 @rule

@@ -24,7 +24,7 @@ from deploy_kit.config.models import (
     known_keys,
 )
 from deploy_kit.config.raw import RawInventory
-from deploy_kit.config.templated import settle
+from deploy_kit.config.templated import settle_vars
 from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
@@ -255,8 +255,10 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
     hosts_file = str(raw.hosts_file)
     for name, rh in sorted(raw.hosts.items()):
         values: dict[str, Any] = {}
-        bad = unsettled = False
-        for key, value in rh.vars.items():
+        bad = False
+        # Jinja: `{{ var }}` followed, any other refused (and the host left out of the Site)
+        settled, unsettled = settle_vars(rh, raw, owned - set(SECRET_KEYS), problems)
+        for key, value in settled.items():
             src = rh.sources.get(key, hosts_file)
             if not isinstance(key, str):
                 problems.append(Problem(src, repr(key), "a variable name must be a string",
@@ -281,13 +283,6 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                 continue
             if key not in owned:
                 continue
-            if key not in SECRET_KEYS:  # Jinja: `{{ var }}` followed, any other refused
-                value, known, why = settle(key, value, rh, raw)
-                if why:
-                    problems.append(why)
-                    unsettled = True  # left out of the Site: its rules would see a default
-                if not known:
-                    continue
             if key in SECRET_KEYS:
                 value, ok, problem = _secret_origin(key, value, rh, raw, hosts_file)
                 if problem:
@@ -333,7 +328,7 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
             except ValidationError:
                 rejected.update(rh.groups)
                 continue
-        if unsettled or bad and address_problem(address, rh.groups):
+        if unsettled or (bad and address_problem(address, rh.groups)):
             rejected.update(rh.groups)
             continue
         geometry = None

@@ -32,6 +32,24 @@ class _Refused(Exception):
         self.problem = problem  # None: unknown until Ansible runs (a locked vault, no env)
 
 
+def settle_vars(rh: RawHost, raw: RawInventory, keys: set[str], problems: list[Problem]
+                ) -> tuple[dict[Any, Any], bool]:
+    """(the host's variables with each of `keys` settled, whether any was refused); a key
+    whose value is not known yet is left out."""
+    out: dict[Any, Any] = {}
+    refused = False
+    for key, value in rh.vars.items():
+        if key in keys:
+            value, known, why = settle(key, value, rh, raw)
+            if why is not None:
+                problems.append(why)
+                refused = True
+            if not known:
+                continue
+        out[key] = value
+    return out, refused
+
+
 def settle(key: str, value: Any, rh: RawHost, raw: RawInventory
            ) -> tuple[Any, bool, Problem | None]:
     """(value, known, problem): the value with `{{ name }}` references followed, or why it

@@ -1,0 +1,155 @@
+"""Corpus additions for issue 34's classes 2-6 (entries that apply to nothing, host
+identity, templating, pass-through knobs, fleet agreement), run through the same checks as
+tests/unit/test_bad_inventories.py; and controls: the ordinary forms of each that must stay
+valid (exit 0)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+from tests.unit import test_bad_inventories as corpus
+from tests.unit.test_bad_inventories import (
+    AF,
+    ALL_HOSTS,
+    ALLF,
+    DF,
+    RF,
+    VF,
+    VLLM,
+    Case,
+    H,
+    Mutation,
+    base_files,
+    both,
+    gv,
+    hosts,
+    raw,
+    rename_host,
+    set_host,
+    write,
+)
+
+RGW = ("rgw1", "rgw2")
+
+
+def add_host(group: str, name: str, **values: object) -> Mutation:
+    return hosts(lambda g: g[group]["hosts"].__setitem__(name, dict(values)))
+
+
+CASES = [
+    # --- class 3: host identity ---------------------------------------------------------
+    Case("host-named-like-deploykit-group", add_host("dns", "rgw", ansible_host="10.0.0.32"),
+         H, "rgw", ("rgw",)),
+    Case("host-named-like-inventory-group", both(
+        hosts(lambda g: g.__setitem__("edge", {"hosts": {"dns1": None}})),
+        add_host("vllm", "edge", ansible_host="10.0.1.9", vllm_accelerator="cuda")),
+        H, "edge", ("edge",)),
+    # gpu2 is reached by its name; gpu1's ansible_host is that name in capitals
+    Case("one-machine-two-names-case", both(
+        set_host("vllm", "gpu2", {"vllm_accelerator": "rocm"}),
+        set_host("vllm", "gpu1", {"ansible_host": "GPU2.", "deploykit_address": "10.0.1.1",
+                                  "vllm_accelerator": "cuda"})),
+        H, "ansible_host", VLLM),
+    Case("one-machine-ip-leading-zero", set_host("vllm", "gpu2", {
+        "ansible_host": "010.000.001.001", "deploykit_address": "10.0.1.2",
+        "vllm_accelerator": "rocm"}), H, "ansible_host", VLLM),
+    Case("one-machine-ipv6-spellings", both(
+        set_host("vllm", "gpu1", {"ansible_host": "2001:db8::1", "vllm_accelerator": "cuda"}),
+        set_host("vllm", "gpu2", {"ansible_host": "2001:0db8:0:0::0001",
+                                  "vllm_accelerator": "rocm"})), H, "ansible_host", VLLM),
+    Case("one-machine-across-groups", set_host("dns", "dns1", {"ansible_host": "10.0.1.1"}),
+         H, "ansible_host", ("dns1", "gpu1")),
+    Case("one-machine-trailing-dot", both(
+        set_host("vllm", "gpu1", {"ansible_host": "node7.example.com.",
+                                  "deploykit_address": "10.0.1.1", "vllm_accelerator": "cuda"}),
+        set_host("vllm", "gpu2", {"ansible_host": "Node7.example.com",
+                                  "deploykit_address": "10.0.1.2",
+                                  "vllm_accelerator": "rocm"})), H, "ansible_host", VLLM),
+    Case("one-machine-same-deploykit-address", raw("host_vars/gpu2.yml",
+                                                   "deploykit_address: 10.0.1.1\n"),
+         "host_vars/gpu2.yml", "deploykit_address", VLLM),
+    # --- class 2: entries that apply to nothing -------------------------------------------
+    Case("group-vars-typo", raw("group_vars/vlm.yml", "vllm_max_model_len: 8192\n"),
+         "group_vars/vlm.yml", "vllm_max_model_len"),
+    Case("group-vars-dir-typo", raw("group_vars/rgws/main.yml", "ceph_rgw_count_per_host: 2\n"),
+         "group_vars/rgws/main.yml", "ceph_rgw_count_per_host"),
+    Case("host-vars-unknown-host", raw("host_vars/gpu3.yml", "vllm_port: 9000\n"),
+         "host_vars/gpu3.yml", "vllm_port"),
+    Case("group-vars-empty-group", both(
+        hosts(lambda g: g.__setitem__("monitoring", {"hosts": {}})),
+        raw("group_vars/monitoring.yml", "monitoring_prometheus_port: 9095\n")),
+        "group_vars/monitoring.yml", "monitoring_prometheus_port"),
+    Case("vllm-setting-on-gateways", gv("rgw", vllm_max_model_len=8192), RF,
+         "vllm_max_model_len", RGW),
+    Case("lmcache-setting-in-host-vars-of-dns", raw("host_vars/dns1.yml",
+                                                    "lmcache_chunk_size: 512\n"),
+         "host_vars/dns1.yml", "lmcache_chunk_size", ("dns1",)),
+    Case("rgw-setting-on-serving-hosts", gv("vllm", ceph_rgw_count_per_host=2), VF,
+         "ceph_rgw_count_per_host", VLLM),
+    Case("coredns-setting-on-admin", gv("ceph_admin", coredns_port=5353), AF, "coredns_port",
+         ("adm1",)),
+    # --- class 4: templating --------------------------------------------------------------
+    Case("jinja-filter", gv("vllm", vllm_served_model_name="{{ vllm_model | lower }}"), VF,
+         "vllm_served_model_name", VLLM),
+    Case("jinja-arithmetic", gv("vllm", vllm_port="{{ 8000 + 1 }}"), VF, "vllm_port", VLLM),
+    Case("jinja-statement", gv("all", deploykit_s3_bucket="{% if true %}kv{% endif %}"), ALLF,
+         "deploykit_s3_bucket", ALL_HOSTS),
+    Case("jinja-comment", gv("dns", coredns_upstream=["{# x #}8.8.8.8"]), DF,
+         "coredns_upstream[0]", ("dns1",)),
+    Case("jinja-nested-in-extra-config", gv("vllm", lmcache_extra_config={
+        "s3_region": "{{ region }}-x"}), VF, "lmcache_extra_config.s3_region", VLLM),
+    Case("jinja-reference-resolved-then-validated", gv("vllm", vllm_port="{{ my_port }}",
+                                                       my_port=80), VF, "vllm_port", VLLM),
+    Case("jinja-reference-to-template", gv("vllm", vllm_model="{{ m }}", m="{{ x ~ 'y' }}"),
+         VF, "m", VLLM),
+    Case("jinja-reference-loop", gv("all", vllm_port="{{ a }}", a="{{ b }}", b="{{ a }}"),
+         ALLF, "vllm_port", ALL_HOSTS),
+    Case("jinja-reference-undefined", gv("rgw", ceph_rgw_count_per_host="{{ cores }}"), RF,
+         "ceph_rgw_count_per_host", RGW),
+    Case("unsafe-literal-still-validated", raw(VF, 'vllm_port: !unsafe "{{ 8000 }}"\n'), VF,
+         "vllm_port", VLLM),
+    Case("unknown-tag-still-refused", raw(VF, "vllm_model: !foo x\n"), VF, "line"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_inventory_identity(case: Case, tmp_path: Path) -> None:
+    corpus.test_bad_inventory(case, tmp_path)
+
+
+CONTROLS: list[tuple[str, Mutation]] = [
+    ("all-vars-for-every-tier", gv("all", vllm_max_model_len=8192, coredns_port=53,
+                                   ceph_rgw_count_per_host=2)),
+    ("non-deploykit-vars-for-missing-group", raw("group_vars/bastion.yml", "ntp_server: x\n")),
+    ("host-vars-of-listed-host", raw("host_vars/gpu1.yml", "vllm_port: 9000\n")),
+    ("group-vars-json", raw("group_vars/vllm.json", '{"vllm_port": 9001}')),
+    ("reference-to-inventory-var", gv("vllm", vllm_port="{{ serving_port }}",
+                                      serving_port=9000)),
+    ("reference-to-role-default", gv("vllm", vllm_served_model_name="{{ vllm_model }}")),
+    ("reference-to-hostname", gv("vllm", vllm_served_model_name="{{ inventory_hostname }}")),
+    ("unsafe-literal-braces", raw(VF, 'vllm_served_model_name: !unsafe "m{{x}}"\n'
+                                      "vllm_extra_env: !unsafe {TEMPLATE: '{% raw %}'}\n")),
+    ("jinja-in-ansible-var", gv("all", ansible_python_interpreter="{{ ansible_playbook_python }}")),
+    ("same-address-other-port", both(
+        set_host("vllm", "gpu1", {"ansible_host": "127.0.0.1", "ansible_port": 2201,
+                                  "deploykit_address": "10.0.1.1", "vllm_accelerator": "cuda"}),
+        set_host("vllm", "gpu2", {"ansible_host": "127.0.0.1", "ansible_port": 2202,
+                                  "deploykit_address": "10.0.1.2",
+                                  "vllm_accelerator": "rocm"}))),
+    ("one-host-in-two-groups", set_host("dns", "rgw1", {"ansible_host": "10.0.0.11"})),
+    ("renamed-host-keeps-address", rename_host("dns", "dns1", "resolver1")),
+]
+
+
+@pytest.mark.parametrize("mutate", [m for _, m in CONTROLS], ids=[n for n, _ in CONTROLS])
+def test_control_stays_valid(mutate: Mutation, tmp_path: Path) -> None:
+    root = tmp_path / "inv"
+    root.mkdir()
+    files = base_files()
+    mutate(files, root)
+    write(root, files)
+    result = run_cli("validate", "-i", str(root), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
