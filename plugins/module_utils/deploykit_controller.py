@@ -32,6 +32,7 @@ def open_site(args: dict[str, Any], task_vars: dict[str, Any], loader: Any) -> A
     """The validated Site of the run's inventory, opened with the run's secrets."""
     from deploy_kit.config.open import open_site as open_sources
     from deploy_kit.config.vault import VaultSecrets
+    from deploy_kit.render import knobs  # noqa: F401 (registers the pass-through rule)
 
     sources = inventory_sources(args, task_vars)
     return open_sources(sources, VaultSecrets.of_pairs(vault_pairs(loader)))

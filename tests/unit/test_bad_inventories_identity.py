@@ -112,6 +112,41 @@ CASES = [
     Case("unsafe-literal-still-validated", raw(VF, 'vllm_port: !unsafe "{{ 8000 }}"\n'), VF,
          "vllm_port", VLLM),
     Case("unknown-tag-still-refused", raw(VF, "vllm_model: !foo x\n"), VF, "line"),
+    # --- class 5: pass-through knobs cannot override what deploykit renders ----------------
+    Case("extra-arg-port-equals", gv("vllm", vllm_extra_args=["--port=9000"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-host-separate", gv("vllm", vllm_extra_args=["--host", "127.0.0.1"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-underscores", gv("vllm", vllm_extra_args=["--max_model_len", "4096"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-abbreviated", gv("vllm", vllm_extra_args=["--kv-cache-dt=fp8"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-short-tp", gv("vllm", vllm_extra_args=["-tp", "2"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-json-subkey", gv("vllm", vllm_extra_args=[
+        "--kv-transfer-config.kv_role", "kv_producer"]), VF, "vllm_extra_args", VLLM),
+    Case("extra-arg-unset-setting-flag", gv("vllm", vllm_extra_args=[
+        "--gpu-memory-utilization", "0.99"]), VF, "vllm_extra_args", VLLM),
+    Case("extra-arg-model", gv("vllm", vllm_extra_args=["--model", "other/model"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-arg-config-file", gv("vllm", vllm_extra_args=["--config", "/etc/v.yaml"]), VF,
+         "vllm_extra_args", VLLM),
+    Case("extra-env-hash-seed", gv("vllm", vllm_extra_env={"PYTHONHASHSEED": "0"}), VF,
+         "vllm_extra_env.PYTHONHASHSEED", VLLM),
+    Case("extra-env-lmcache-override", gv("vllm", vllm_extra_env={
+        "LMCACHE_CHUNK_SIZE": "512"}), VF, "vllm_extra_env.LMCACHE_CHUNK_SIZE", VLLM),
+    Case("kv-transfer-extra-role", gv("vllm", vllm_kv_transfer_extra={
+        "kv_role": "kv_consumer"}), VF, "vllm_kv_transfer_extra.kv_role", VLLM),
+    Case("kv-transfer-extra-server-port", both(
+        gv("vllm", lmcache_topology="server", vllm_kv_transfer_extra={
+            "kv_connector_extra_config": {"lmcache.mp.port": 7000}})), VF,
+        "vllm_kv_transfer_extra.kv_connector_extra_config.lmcache.mp.port", VLLM),
+    Case("lmcache-extra-chunk-size", gv("vllm", lmcache_extra_config={"chunk_size": 512}), VF,
+         "lmcache_extra_config.chunk_size", VLLM),
+    Case("lmcache-extra-remote-url", gv("vllm", lmcache_extra_config={
+        "remote_url": "s3://evil.example.com"}), VF, "lmcache_extra_config.remote_url", VLLM),
+    Case("lmcache-extra-serde", gv("vllm", lmcache_extra_config={"remote_serde": "cachegen"}),
+         VF, "lmcache_extra_config.remote_serde", VLLM),
 ]
 
 
@@ -141,6 +176,14 @@ CONTROLS: list[tuple[str, Mutation]] = [
                                   "vllm_accelerator": "rocm"}))),
     ("one-host-in-two-groups", set_host("dns", "rgw1", {"ansible_host": "10.0.0.11"})),
     ("renamed-host-keeps-address", rename_host("dns", "dns1", "resolver1")),
+    ("extra-args-genuinely-extra", gv("vllm", vllm_extra_args=[
+        "--max-num-seqs", "64", "--disable-log-requests", "--enforce-eager",
+        "--load-format=dummy"])),
+    ("extra-env-genuinely-extra", gv("vllm", vllm_extra_env={"OMP_NUM_THREADS": "8",
+                                                            "HF_HUB_OFFLINE": "1"})),
+    ("kv-transfer-extra-genuinely-extra", gv("vllm", vllm_kv_transfer_extra={
+        "kv_connector_extra_config": {"x": 1}})),
+    ("lmcache-extra-genuinely-extra", gv("vllm", lmcache_extra_config={"x_site_tag": "a"})),
 ]
 
 

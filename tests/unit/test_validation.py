@@ -98,9 +98,11 @@ def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str
     {"vllm": {"vllm_block_size": 32, "lmcache_chunk_size": 256}},
     {"vllm": {"lmcache_mode": "dram", "lmcache_save_unfull_chunk": True}},
     {"vllm": {"vllm_kv_transfer_extra": {"kv_connector_extra_config": {"x": 1}}}},
-    {"vllm": {"lmcache_extra_config": {"s3_num_io_threads": 32}}},
-    {"vllm": {"lmcache_version": "0.3.10",
-              "lmcache_extra_config": {"s3_max_inflight_reqs": 32}}},
+    # a key deploykit does not render passes through; the ones it renders are settings
+    # (rules_passthrough refuses them in lmcache_extra_config)
+    {"vllm": {"lmcache_extra_config": {"x_site_tag": "a"},
+              "lmcache_s3_num_io_threads": 32}},
+    {"vllm": {"lmcache_version": "0.3.10", "lmcache_s3_max_inflight_reqs": 32}},
     {"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_device": "cuda",
               "lmcache_nixl_buffer_size": 33554432 * 4}},
     {"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 128, "size": 3,
