@@ -7,6 +7,7 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from deploy_kit.config import fit
 from deploy_kit.config.instances import DEVICE_ENV, instance_count, instances, workers
-from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
+from deploy_kit.config.models import SECRET_KEYS, HostConfig, dns_name_problem
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
@@ -90,7 +91,7 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
     """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
-            "lmcache_mode", "lmcache_topology")
+            "lmcache_mode", "lmcache_topology", *IDENTITY_KEYS)
     hosts = site.group("vllm")
     yield from _agree(site, hosts, keys, "every vllm host")
     # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>, builtin hash)
@@ -109,6 +110,22 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
                               "not match)", hosts=(host.name,))
 
 
+# what else every sharing host must agree on (research/lmcache-vllm-facts.md, "Cross-host
+# identity"): the weights' dtype and rope scaling change the KV of a prefix, the serde its
+# bytes, the served name what clients ask for; the pre-caching hash (when the setting
+# exists) the chunk keys. Not vllm_version: each accelerator pins its own vLLM (the example
+# site's Gaudi hosts), and LMCache's key space is its series (checked below).
+IDENTITY_KEYS = tuple(k for k in ("lmcache_remote_serde", "vllm_dtype", "vllm_rope_scaling",
+                                  "vllm_served_model_name", "lmcache_pre_caching_hash_algorithm")
+                      if k in HostConfig.model_fields)
+
+
+def _weight(site: Site, members: list[Host], key: str) -> tuple[int, int]:
+    """How much a value is the fleet's: its hosts, then (a tie) fewest set in host_vars/
+    (the odd one out is the per-host override)."""
+    return len(members), -sum("host_vars" in _src(site, h, key) for h in members)
+
+
 def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
            ) -> Iterator[Problem]:
     if len(hosts) < 2:
@@ -116,9 +133,12 @@ def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
     for key in keys:
         values: dict[Any, list[Host]] = {}
         for host in hosts:
-            values.setdefault(getattr(host.config, key), []).append(host)
+            value = getattr(host.config, key)
+            if isinstance(value, dict | list):  # rope scaling: compared as its JSON
+                value = json.dumps(value, sort_keys=True, default=str)
+            values.setdefault(value, []).append(host)
         if len(values) > 1:
-            majority = max(values, key=lambda v: len(values[v]))
+            majority = max(values, key=lambda v: _weight(site, values[v], key))
             for value, members in values.items():
                 if value == majority:
                     continue

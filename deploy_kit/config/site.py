@@ -290,10 +290,10 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                 if not ok:
                     continue  # locked vault or unset env: unknown until Ansible runs
             values[key] = value
-        address = str(rh.vars.get("deploykit_address") or rh.vars.get("ansible_host") or name)
+        address = str(settled.get("deploykit_address") or rh.vars.get("ansible_host") or name)
         why = address_problem(address, rh.groups)
         if why:
-            addr_key = "deploykit_address" if rh.vars.get("deploykit_address") else \
+            addr_key = "deploykit_address" if settled.get("deploykit_address") else \
                 "ansible_host"
             problems.append(Problem(rh.sources.get(addr_key, hosts_file), addr_key, why,
                                     "give the host's IPv4 address in deploykit_address "

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from deploy_kit.config.instances import DEVICE_ENV
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
-from deploy_kit.config.rules import _DATA_PARALLEL, _SECRET_NAME, _src, rule
+from deploy_kit.config.rules import _DATA_PARALLEL, _SECRET_NAME, _src, _weight, rule
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry
@@ -266,3 +266,55 @@ def _args(site: Site, host: Host, owned: Owned) -> Iterator[Problem]:
         yield Problem(_src(site, host, "vllm_extra_args"), "vllm_extra_args",
                       f"{word.split('=')[0]} overrides deploykit's {match}",
                       _fix(owned.flags[match], match), hosts=(host.name,))
+
+
+# vLLM flags deploykit does not render but that change what a prefix's KV is (weights,
+# tokens, sampling state): reaching the hosts through vllm_extra_args, they must still be one
+# value on every host that shares the bucket (absent counts as a value)
+IDENTITY_FLAGS = ("--revision", "--code-revision", "--tokenizer", "--tokenizer-revision",
+                  "--tokenizer-mode", "--quantization", "--load-format", "--trust-remote-code",
+                  "--seed")
+_IDENTITY_SHORT = {"-q": "--quantization"}
+
+
+def identity_flags(words: list[str]) -> dict[str, str]:
+    """The identity flags an extra argv sets, in any spelling, with their values."""
+    found: dict[str, str] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("-"):
+            continue
+        flag, value = _flag_name(word)
+        flag = _IDENTITY_SHORT.get(flag, flag)
+        if flag not in IDENTITY_FLAGS and len(flag) > 4:
+            flag = next((f for f in IDENTITY_FLAGS if f.startswith(flag)), flag)
+        if flag in IDENTITY_FLAGS:
+            if value is None and i + 1 < len(words) and not words[i + 1].startswith("-"):
+                value = words[i + 1]
+            found[flag] = value or ""
+    return found
+
+
+@rule
+def passthrough_identity_agrees(site: Site) -> Iterator[Problem]:
+    """`--revision`, `--seed`, `--quantization`... in vllm_extra_args: one value fleet-wide."""
+    hosts = site.group("vllm")
+    if len(hosts) < 2 or not any(h.config.vllm_extra_args for h in hosts):
+        return
+    seen = {h.name: identity_flags(list(h.config.vllm_extra_args)) for h in hosts}
+    for flag in IDENTITY_FLAGS:
+        values: dict[str | None, list[Host]] = {}
+        for host in hosts:
+            values.setdefault(seen[host.name].get(flag), []).append(host)
+        if len(values) < 2:
+            continue
+        majority = max(values, key=lambda v: _weight(site, values[v], "vllm_extra_args"))
+        for value, members in values.items():
+            if value == majority:
+                continue
+            shown = "unset" if value is None else repr(value)
+            others = "unset" if majority is None else repr(majority)
+            for host in members:
+                yield Problem(_src(site, host, "vllm_extra_args"), f"vllm_extra_args {flag}",
+                              f"{host.name} has {shown}, others have {others}",
+                              "use one value on every vllm host (the cache keys would not "
+                              "tell their KV apart)", hosts=(host.name,))

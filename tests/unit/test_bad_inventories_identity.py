@@ -147,6 +147,25 @@ CASES = [
         "remote_url": "s3://evil.example.com"}), VF, "lmcache_extra_config.remote_url", VLLM),
     Case("lmcache-extra-serde", gv("vllm", lmcache_extra_config={"remote_serde": "cachegen"}),
          VF, "lmcache_extra_config.remote_serde", VLLM),
+    # --- class 6: what every host sharing the bucket must agree on --------------------------
+    Case("serde-per-host", raw("host_vars/gpu2.yml", "lmcache_remote_serde: cachegen\n"),
+         "host_vars/gpu2.yml", "lmcache_remote_serde", ("gpu2",)),
+    Case("dtype-per-host", raw("host_vars/gpu1.yml", "vllm_dtype: float16\n"),
+         "host_vars/gpu1.yml", "vllm_dtype", ("gpu1",)),
+    Case("rope-per-host", raw("host_vars/gpu1.yml", "vllm_max_model_len: 4096\n"
+                                                    "vllm_rope_scaling: {rope_type: yarn, "
+                                                    "factor: 2.0, rope_theta: 1000000}\n"),
+         "host_vars/gpu1.yml", "vllm_rope_scaling", ("gpu1",)),
+    Case("served-name-per-host", raw("host_vars/gpu2.yml", "vllm_served_model_name: other\n"),
+         "host_vars/gpu2.yml", "vllm_served_model_name", ("gpu2",)),
+    Case("revision-through-extra-args", raw("host_vars/gpu1.yml",
+                                            "vllm_extra_args: [--revision, abc123]\n"),
+         "host_vars/gpu1.yml", "vllm_extra_args --revision", ("gpu1",)),
+    Case("seed-through-extra-args-abbreviated", raw(
+        "host_vars/gpu2.yml", "vllm_extra_args: ['--seed=7']\n"), "host_vars/gpu2.yml",
+        "vllm_extra_args --seed", ("gpu2",)),
+    Case("quantization-short-flag", raw("host_vars/gpu2.yml", "vllm_extra_args: [-q, fp8]\n"),
+         "host_vars/gpu2.yml", "vllm_extra_args --quantization", ("gpu2",)),
 ]
 
 
@@ -164,7 +183,8 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("reference-to-inventory-var", gv("vllm", vllm_port="{{ serving_port }}",
                                       serving_port=9000)),
     ("reference-to-role-default", gv("vllm", vllm_served_model_name="{{ vllm_model }}")),
-    ("reference-to-hostname", gv("vllm", vllm_served_model_name="{{ inventory_hostname }}")),
+    ("reference-to-host-var", gv("all", deploykit_address="{{ ansible_host }}")),
+    ("reference-to-hostname", gv("vllm", vllm_user="{{ inventory_hostname }}")),
     ("unsafe-literal-braces", raw(VF, 'vllm_served_model_name: !unsafe "m{{x}}"\n'
                                       "vllm_extra_env: !unsafe {TEMPLATE: '{% raw %}'}\n")),
     ("jinja-in-ansible-var", gv("all", ansible_python_interpreter="{{ ansible_playbook_python }}")),
@@ -184,6 +204,8 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("kv-transfer-extra-genuinely-extra", gv("vllm", vllm_kv_transfer_extra={
         "kv_connector_extra_config": {"x": 1}})),
     ("lmcache-extra-genuinely-extra", gv("vllm", lmcache_extra_config={"x_site_tag": "a"})),
+    ("revision-on-every-host", gv("vllm", vllm_extra_args=["--revision", "abc123"])),
+    ("dtype-on-every-host", gv("vllm", vllm_dtype="bfloat16")),
 ]
 
 
