@@ -131,6 +131,11 @@ def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
     if len(hosts) < 2:
         return
     for key in keys:
+        try:  # the common case, one value fleet-wide: one C-level pass
+            if len({getattr(h.config, key) for h in hosts}) < 2:
+                continue
+        except TypeError:  # a dict or list value: grouped below by its JSON
+            pass
         values: dict[Any, list[Host]] = {}
         for host in hosts:
             value = getattr(host.config, key)

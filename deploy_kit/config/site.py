@@ -250,14 +250,14 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
     """Validate every host in one pass; hosts with problems are left out of the Site."""
     problems: list[Problem] = []
     owned = known_keys()
+    memo: dict[int, Any] = {}  # settle_vars scans a value shared by many hosts once
     hosts: dict[str, Host] = {}
     rejected: set[str] = set()
     hosts_file = str(raw.hosts_file)
     for name, rh in sorted(raw.hosts.items()):
         values: dict[str, Any] = {}
         bad = False
-        # Jinja: `{{ var }}` followed, any other refused (and the host left out of the Site)
-        settled, unsettled = settle_vars(rh, raw, owned - set(SECRET_KEYS), problems)
+        settled, unsettled = settle_vars(rh, raw, owned, problems, memo)  # Jinja, {{ var }}
         for key, value in settled.items():
             src = rh.sources.get(key, hosts_file)
             if not isinstance(key, str):

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from deploy_kit.config.load import is_reference, resolve_reference
-from deploy_kit.config.models import HostConfig
+from deploy_kit.config.models import SECRET_KEYS, HostConfig
 from deploy_kit.config.raw import RawHost, RawInventory
 from deploy_kit.core.errors import Problem
 from deploy_kit.safe_read import UnsafeText
@@ -22,6 +22,7 @@ from deploy_kit.safe_read import UnsafeText
 _SIMPLE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 _MARKERS = ("{{", "{%", "{#")
 _MAX_HOPS = 9
+_SECRETS = frozenset(SECRET_KEYS)
 # the magic variables whose value the inventory itself gives
 _MAGIC = {"inventory_hostname": lambda rh: rh.name,
           "inventory_hostname_short": lambda rh: rh.name.split(".")[0]}
@@ -32,21 +33,32 @@ class _Refused(Exception):
         self.problem = problem  # None: unknown until Ansible runs (a locked vault, no env)
 
 
-def settle_vars(rh: RawHost, raw: RawInventory, keys: set[str], problems: list[Problem]
-                ) -> tuple[dict[Any, Any], bool]:
-    """(the host's variables with each of `keys` settled, whether any was refused); a key
-    whose value is not known yet is left out."""
+def settle_vars(rh: RawHost, raw: RawInventory, keys: set[str], problems: list[Problem],
+                memo: dict[int, Any] | None = None) -> tuple[dict[Any, Any], bool]:
+    """(the host's variables with each of `keys` settled, whether any was refused: the
+    host is then left out of the Site, whose rules would see defaults). Secrets are left to
+    site._secret_origin; a key whose value is not known yet is left out. `memo` remembers
+    which values (one object per vars file, shared by the hosts reading it) hold no
+    template, so a big site scans each once."""
     out: dict[Any, Any] = {}
     refused = False
+    memo = {} if memo is None else memo
     for key, value in rh.vars.items():
-        if key in keys:
-            value, known, why = settle(key, value, rh, raw)
-            if why is not None:
-                problems.append(why)
-                refused = True
-            if not known:
+        if key not in keys or key in _SECRETS:
+            out[key] = value
+            continue
+        if isinstance(value, (dict, list)):
+            if memo.get(id(value), (None,))[0] is not value:  # the object, not a reused id
+                memo[id(value)] = (value, _has_template(value))
+            if not memo[id(value)][1]:
+                out[key] = value
                 continue
-        out[key] = value
+        value, known, why = settle(key, value, rh, raw)
+        if why is not None:
+            problems.append(why)
+            refused = True
+        if known:
+            out[key] = value
     return out, refused
 
 

@@ -41,7 +41,7 @@ _ELSEWHERE = {*DEVICE_ENV.values(), "disable_tls", "save_chunk_meta"}
 DEPLOYKIT = "deploykit"  # rendered whatever the settings say
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: one per class
 class Owned:
     flags: dict[str, str]  # --long-flag -> setting
     switches: frozenset[str]  # flags rendered without a value (on/off switches)
@@ -129,6 +129,8 @@ def _owned_class(values: tuple[Any, ...]) -> dict[str, dict[str, str]]:
     c = HostConfig.model_validate(probe)
     base = _render(c, None)
     owners: dict[str, dict[str, str]] = {kind: {} for kind in base}
+    for kind, keys in base.items():  # rendered whatever the other settings say
+        owners[kind] = dict.fromkeys(keys, DEPLOYKIT)
     for name, field in HostConfig.model_fields.items():
         if name in KNOBS or name in SECRET_KEYS or name in CLASS_FIELDS:
             continue
@@ -140,7 +142,9 @@ def _owned_class(values: tuple[Any, ...]) -> dict[str, dict[str, str]]:
             for kind, keys in seen.items():
                 for key, value in keys.items():
                     if base[kind].get(key) != value:
-                        owners[kind][key] = _named(key, owners[kind].get(key), name)
+                        held = owners[kind].get(key)
+                        owners[kind][key] = _named(key, None if held == DEPLOYKIT else held,
+                                                   name)
     return owners
 
 
@@ -159,22 +163,28 @@ def _named(key: str, held: str | None, name: str) -> str:
 
 
 def owned_for(host: Host) -> Owned:
-    """What deploykit renders for this host (its knobs emptied), and for any value of its
-    settings in its class, each key with the setting behind it."""
-    c = host.config
-    owners = _owned_class(tuple(getattr(c, f) for f in CLASS_FIELDS))
-    mine = _render(c.model_copy(update=_EMPTY_KNOBS), host.geometry)
-    table = {kind: dict(owners[kind]) for kind in owners}
-    for kind, keys in mine.items():
-        for key in keys:
-            table[kind].setdefault(key, DEPLOYKIT)
+    """What deploykit renders for any host of this one's class (its settings, each changed
+    in turn), each key with the setting behind it: one computation per class, not per host."""
+    return _owned_table(tuple(getattr(host.config, f) for f in CLASS_FIELDS))
+
+
+@cache
+def _owned_table(values: tuple[Any, ...]) -> Owned:
+    table = {kind: dict(keys) for kind, keys in _owned_class(values).items()}
     table["env"]["VLLM_API_KEY"] = "vllm_api_key"  # the 0600 secret env file's
     flags = table["flags"] | {flag: table["env"][env] for env, flag in _ENV_FLAG.items()}
-    # variables: only those rendered for this host (HF_HUB_OFFLINE is the operator's to set
-    # for a hub model), and LMCache's LMCACHE_<KEY> overrides of its config file's keys
-    env = {k: table["env"][k] for k in mine["env"]} | {
-        f"LMCACHE_{k.upper()}": s for k, s in table["lmcache"].items()}
+    env = table["env"] | {f"LMCACHE_{k.upper()}": s for k, s in table["lmcache"].items()}
     return Owned(flags, frozenset(table["switches"]), env, table["kv"], table["lmcache"])
+
+
+def _rendered_env(host: Host) -> set[str]:
+    """The variables rendered for this very host (HF_HUB_OFFLINE only with a local model:
+    for a hub model it is the operator's to set), with LMCache's LMCACHE_<KEY> overrides."""
+    from deploy_kit.render.vllm import vllm_env
+
+    c = host.config.model_copy(update=_EMPTY_KNOBS)
+    probe = Host(host.name, host.address, host.groups, c, {}, host.geometry)
+    return set(vllm_env(probe)) | {"VLLM_API_KEY"}
 
 
 def _flag_name(word: str) -> tuple[str, str | None]:
@@ -233,39 +243,51 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
                               if knob == "vllm_kv_transfer_extra")]
             for key in keys:
                 if key in table and key.split(".")[-1] not in _ELSEWHERE and \
-                        not _SECRET_NAME.search(key):  # no_secrets_in_plain_files has those
+                        not _SECRET_NAME.search(key) and \
+                        (knob != "vllm_extra_env" or key.startswith("LMCACHE_") or
+                         key in _rendered_env(host)):
                     yield Problem(_src(site, host, knob), f"{knob}.{prefix}{key}",
                                   "overrides what deploykit renders there",
                                   _fix(table[key], key), hosts=(host.name,))
 
 
-def _args(site: Site, host: Host, owned: Owned) -> Iterator[Problem]:
-    c = host.config
-    secrets = {v.get_secret_value() for k in SECRET_KEYS
-               if (v := getattr(c, k, None)) is not None}
-    words = list(c.vllm_extra_args)
+@cache
+def _arg_findings(words: tuple[str, ...], owned: Owned) -> tuple[tuple[str, str, str], ...]:
+    """(value, message, fix) for each word that overrides an owned flag: computed once per
+    distinct list (hosts share their group's), not per host."""
+    found: list[tuple[str, str, str]] = []
     for i, word in enumerate(words):
         if not word.startswith("-") or _DATA_PARALLEL.match(word):
             continue
         flag, value = _flag_name(word)
         if flag == "--config":  # a YAML of any vLLM option, read on the host
-            yield Problem(_src(site, host, "vllm_extra_args"), "vllm_extra_args",
-                          f"{word.split('=')[0]} sets vLLM options from a file deploykit "
-                          "never checks", "give the options as settings or extra args",
-                          hosts=(host.name,))
+            found.append(("", f"{word.split('=')[0]} sets vLLM options from a file deploykit "
+                          "never checks", "give the options as settings or extra args"))
             continue
         match = _match(flag, owned)
         if match is None:
             continue
         if value is None and i + 1 < len(words) and not words[i + 1].startswith("--"):
             value = words[i + 1]
-        if value in secrets:
-            continue  # no_secrets_in_plain_files names the copied secret
         if match in owned.switches and value is None and flag == match:
             continue  # turning on a switch deploykit renders only when its setting is on
-        yield Problem(_src(site, host, "vllm_extra_args"), "vllm_extra_args",
-                      f"{word.split('=')[0]} overrides deploykit's {match}",
-                      _fix(owned.flags[match], match), hosts=(host.name,))
+        found.append((value or "", f"{word.split('=')[0]} overrides deploykit's {match}",
+                      _fix(owned.flags[match], match)))
+    return tuple(found)
+
+
+def _args(site: Site, host: Host, owned: Owned) -> Iterator[Problem]:
+    c = host.config
+    found = _arg_findings(tuple(c.vllm_extra_args), owned)
+    if not found:
+        return
+    secrets = {v.get_secret_value() for k in SECRET_KEYS
+               if (v := getattr(c, k, None)) is not None}
+    for value, message, fix in found:
+        if value and value in secrets:
+            continue  # no_secrets_in_plain_files names the copied secret
+        yield Problem(_src(site, host, "vllm_extra_args"), "vllm_extra_args", message, fix,
+                      hosts=(host.name,))
 
 
 # vLLM flags deploykit does not render but that change what a prefix's KV is (weights,
@@ -300,7 +322,13 @@ def passthrough_identity_agrees(site: Site) -> Iterator[Problem]:
     hosts = site.group("vllm")
     if len(hosts) < 2 or not any(h.config.vllm_extra_args for h in hosts):
         return
-    seen = {h.name: identity_flags(list(h.config.vllm_extra_args)) for h in hosts}
+    parsed: dict[tuple[str, ...], dict[str, str]] = {}  # hosts share their group's list
+    seen: dict[str, dict[str, str]] = {}
+    for host in hosts:
+        words = tuple(host.config.vllm_extra_args)
+        if words not in parsed:
+            parsed[words] = identity_flags(list(words))
+        seen[host.name] = parsed[words]
     for flag in IDENTITY_FLAGS:
         values: dict[str | None, list[Host]] = {}
         for host in hosts:
