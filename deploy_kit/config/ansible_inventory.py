@@ -17,6 +17,7 @@ from typing import Any
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
 from deploy_kit.config.vault import VaultSecrets, fix_for
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.safe_read import UnsafeText
 
 # What VariableManager adds beside the inventory's own variables
 MAGIC = frozenset({
@@ -177,7 +178,31 @@ def _plain(value: Any, vault: VaultSecrets, origin: str, key: str) -> tuple[Any,
         text = ciphertext.decode() if isinstance(ciphertext, bytes) else str(ciphertext)
         return vault.decrypt(text, origin, key)
 
-    return json.loads(json.dumps(value, default=decrypt)), vaulted
+    return _keep_unsafe(value, json.loads(json.dumps(value, default=decrypt))), vaulted
+
+
+def _keep_unsafe(original: Any, plain: Any) -> Any:
+    """`plain` with each string Ansible will never template (`!unsafe`: ansible-core 2.19
+    tags every other inventory string TrustedAsTemplate) marked UnsafeText, as deploykit's
+    own YAML reader marks it (config/templated.py then takes it as a literal)."""
+    if isinstance(original, str) and isinstance(plain, str):
+        return UnsafeText(plain) if _untrusted(original) else plain
+    if isinstance(original, dict) and isinstance(plain, dict):
+        by_name = {str(k): v for k, v in original.items()}
+        return {k: _keep_unsafe(by_name.get(k), v) for k, v in plain.items()}
+    if isinstance(original, list | tuple) and isinstance(plain, list):
+        return [_keep_unsafe(o, p) for o, p in zip(original, plain, strict=False)]
+    return plain
+
+
+def _untrusted(text: str) -> bool:
+    try:
+        from ansible._internal._datatag._tags import TrustedAsTemplate
+        from ansible.module_utils._internal._datatag import AnsibleTagHelper
+    except ImportError:  # older ansible-core: no trust tags, every string is templated
+        return False
+    tags = AnsibleTagHelper.tags(text)
+    return bool(tags) and not any(isinstance(t, TrustedAsTemplate) for t in tags)
 
 
 @cache

@@ -5,6 +5,9 @@ valid (exit 0)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,3 +221,54 @@ def test_control_stays_valid(mutate: Mutation, tmp_path: Path) -> None:
     write(root, files)
     result = run_cli("validate", "-i", str(root), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+INI = """[ceph_admin]
+adm1 ansible_host=10.0.0.10
+[rgw]
+rgw1 ansible_host=10.0.0.11
+rgw2 ansible_host=10.0.0.12
+[consul_servers]
+c1 ansible_host=10.0.0.21
+[dns]
+dns1 ansible_host=10.0.0.31
+[vllm]
+gpu1 ansible_host=10.0.1.1 vllm_accelerator=cuda
+"""
+
+
+@pytest.mark.parametrize(("vllm_vars", "expected"), [
+    ('vllm_served_model_name: !unsafe "m{{x}}"\n', 0),  # Ansible never templates it
+    ('vllm_served_model_name: "{{ vllm_model | lower }}"\n', 3),
+])
+def test_ini_inventory_unsafe_through_ansible(vllm_vars: str, expected: int,
+                                             tmp_path: Path) -> None:
+    """The Ansible-API path (an INI inventory) keeps `!unsafe` as a literal too: ansible-core
+    tags every other inventory string TrustedAsTemplate."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "hosts.ini").write_text(INI)
+    (tmp_path / "group_vars" / "vllm.yml").write_text(vllm_vars)
+    # a process of its own, as the CLI runs (ansible-core keeps state between in-process
+    # inventory loads that can hand a later load's strings over already templated)
+    result = subprocess.run([sys.executable, "-m", "deploy_kit", "validate", "-i",
+                             str(tmp_path / "hosts.ini")], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env={**os.environ, "COLUMNS": "400"})
+    assert result.returncode == expected, result.stdout + result.stderr
+    if expected:
+        assert "group_vars/vllm.yml: vllm_served_model_name: is a Jinja template" in \
+            result.stderr
+
+
+def test_ini_inventory_identity_and_orphan_vars(tmp_path: Path) -> None:
+    """The inventory rules read Ansible's view too: a host named like a group, one machine
+    twice, group_vars of a group the inventory lacks."""
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "hosts.ini").write_text(INI.replace("rgw2 ansible_host=10.0.0.12",
+                                                    "rgw2 ansible_host=10.0.0.11")
+                                        + "[monitoring]\nvllm ansible_host=10.0.1.9\n")
+    (tmp_path / "group_vars" / "vlm.yml").write_text("vllm_port: 9000\n")
+    result = run_cli("validate", "-i", str(tmp_path / "hosts.ini"), cwd=tmp_path)
+    assert result.returncode == 3
+    assert "hosts.ini: vllm: host vllm has the name of a group" in result.stderr
+    assert "hosts.ini: ansible_host: rgw1 and rgw2 are one machine" in result.stderr
+    assert "group_vars/vlm.yml: vllm_port: no group vlm" in result.stderr
