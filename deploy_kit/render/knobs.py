@@ -54,10 +54,9 @@ def _argv(words: list[str]) -> tuple[dict[str, str], set[str]]:
     """{flag: value} and the switches of a rendered argv; the model positional is --model."""
     flags: dict[str, str] = {}
     switches: set[str] = set()
-    start = 3 if words[1:2] == ["serve"] else 1
-    if start == 3:
+    if words[1:2] == ["serve"]:  # `vllm serve MODEL`
         flags["--model"] = words[2]
-    i = start
+    i = 3 if words[1:2] in (["serve"], ["-m"]) else 1  # or `python -m module`
     while i < len(words):
         word = words[i]
         nxt = words[i + 1] if i + 1 < len(words) else None
@@ -234,9 +233,8 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
         except (ValueError, KeyError):  # an unsupported version: versions_supported says so
             continue
         yield from _args(site, host, owned)
-        for knob, table, prefix in (("vllm_extra_env", owned.env, ""),
-                                    ("vllm_kv_transfer_extra", owned.kv, ""),
-                                    ("lmcache_extra_config", owned.lmcache, "")):
+        for knob, table in (("vllm_extra_env", owned.env), ("vllm_kv_transfer_extra", owned.kv),
+                            ("lmcache_extra_config", owned.lmcache)):
             value = getattr(c, knob)
             keys = [*value, *(f"kv_connector_extra_config.{k}" for k in
                               value.get("kv_connector_extra_config") or {}
@@ -246,7 +244,7 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
                         not _SECRET_NAME.search(key) and \
                         (knob != "vllm_extra_env" or key.startswith("LMCACHE_") or
                          key in _rendered_env(host)):
-                    yield Problem(_src(site, host, knob), f"{knob}.{prefix}{key}",
+                    yield Problem(_src(site, host, knob), f"{knob}.{key}",
                                   "overrides what deploykit renders there",
                                   _fix(table[key], key), hosts=(host.name,))
 
