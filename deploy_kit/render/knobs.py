@@ -230,8 +230,8 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
             continue
         try:
             owned = owned_for(host)
-        except (ValueError, KeyError):  # an unsupported version: versions_supported says so
-            continue
+        except (ValueError, KeyError, TypeError, ArithmeticError, AttributeError):
+            continue  # an unsupported version or build: versions_supported says so
         yield from _args(site, host, owned)
         for knob, table in (("vllm_extra_env", owned.env), ("vllm_kv_transfer_extra", owned.kv),
                             ("lmcache_extra_config", owned.lmcache)):
