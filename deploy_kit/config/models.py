@@ -108,8 +108,9 @@ def _is_ip(value: str) -> bool:
 
 
 def _absolute_path(value: str) -> str:
+    # normpath keeps a leading `//` (POSIX leaves its meaning open): refused as well
     if value and (not value.startswith("/") or posixpath.normpath(value) != value
-                  or "\n" in value or "\x00" in value):
+                  or value.startswith("//") or "\n" in value or "\x00" in value):
         raise ValueError(f"{value!r} is not an absolute, normalised path|use an absolute path "
                          "without '..', '//' or a trailing '/', e.g. /etc/deploykit")
     return value

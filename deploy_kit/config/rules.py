@@ -377,10 +377,23 @@ def s3_name_consistent(site: Site) -> Iterator[Problem]:
                       "use letters, digits and dashes")
 
 
-def ports_in_use(host: Host) -> dict[int, str]:
-    """Every TCP port deploykit's services claim on this host, with the key that sets it."""
+# ports deploykit's Consul agents bind without a setting (Consul's defaults): serf LAN on
+# every agent, server RPC and serf WAN on servers
+CONSUL_AGENT_PORTS = ((8301, "Consul's serf LAN port (fixed)"),)
+CONSUL_SERVER_PORTS = ((8300, "Consul's server RPC port (fixed)"),
+                       (8302, "Consul's serf WAN port (fixed)"))
+
+
+def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
+    """Every TCP port deploykit's services claim on this host, with the key that sets it
+    (fixed ports first, so that a clash names the setting); `monitored`: the site has a
+    monitoring group (serving hosts then run the node exporter)."""
     c = host.config
     claims: list[tuple[int, str]] = []
+    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+        claims += list(CONSUL_AGENT_PORTS)
+        if "consul_servers" in host.groups:
+            claims += list(CONSUL_SERVER_PORTS)
     if "rgw" in host.groups:
         claims += [(c.ceph_rgw_frontend_port + i, "ceph_rgw_frontend_port")
                    for i in range(c.ceph_rgw_count_per_host)]
@@ -399,6 +412,8 @@ def ports_in_use(host: Host) -> dict[int, str]:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
+        if monitored and c.monitoring_node_exporter_install:
+            claims.append((c.monitoring_node_exporter_port, "monitoring_node_exporter_port"))
     if "monitoring" in host.groups:
         claims += [(c.monitoring_prometheus_port, "monitoring_prometheus_port"),
                    (c.monitoring_blackbox_port, "monitoring_blackbox_port")]
@@ -413,8 +428,9 @@ def ports_in_use(host: Host) -> dict[int, str]:
 @rule
 def host_ports_distinct(site: Site) -> Iterator[Problem]:
     """Services on one host cannot share a port (e.g. CoreDNS health vs a gateway)."""
+    monitored = bool(site.group("monitoring"))
     for host in site.hosts.values():
-        for port, keys in sorted(ports_in_use(host).items()):
+        for port, keys in sorted(ports_in_use(host, monitored).items()):
             if port > 65535:  # a base port plus an instance index: each setting alone is valid
                 key = keys.split("|")[0]
                 yield Problem(_src(site, host, key), key,
@@ -425,9 +441,10 @@ def host_ports_distinct(site: Site) -> Iterator[Problem]:
             if "|" not in keys:
                 continue
             first, key = keys.split("|")[:2]
-            yield Problem(_src(site, host, key), key,
-                          f"port {port} on {host.name} is also used by {first}",
-                          "give each service on the host its own port")
+            if key not in host.sources and first in host.sources:
+                first, key = key, first  # name the setting the inventory sets
+            yield Problem(_src(site, host, key), key, f"port {port} is also used by {first}",
+                          "give each service on the host its own port", hosts=(host.name,))
 
 
 @rule
@@ -755,11 +772,13 @@ def _tls_dir_problem(site: Site) -> str | None:
     given = value if value.is_absolute() else site.root / value  # as render.tls resolves it
     if given.is_symlink():
         return f"{given} is a symlink"
-    target, inventory = given.resolve(), site.root.resolve()
-    if target == inventory or target in inventory.parents:
-        return f"{target} holds the inventory itself"
-    if target == Path(target.anchor) or len(target.parts) < 3:
-        return f"{target} is a system directory"
+    from deploy_kit.config.rules_paths import controller_dir_problem
+
+    # `/`, system directories and those above them, the home directory, the inventory
+    why = controller_dir_problem(site, given, trees=("/proc", "/sys", "/dev", "/boot"))
+    if why:
+        return why
+    target = given.resolve()
     if target.exists() and not target.is_dir():
         return f"{target} is not a directory"
     if target.is_dir():
@@ -972,3 +991,10 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
                           f"{length[0]}-token request's KV {_gib(need)} in the server's L1",
                           "lower vllm_max_model_len, or use hosts with more memory",
                           hosts=(host.name,))
+
+
+# rule families kept in modules of their own; importing them registers their rules
+from deploy_kit.config import (  # noqa: E402,F401  (after RULES and _src exist)
+    rules_network,
+    rules_paths,
+)

@@ -304,7 +304,13 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
      "coredns_1.12.1_linux_amd64.tgz.sha256", "c" * 64),
 ])
 def test_coredns_has_consuls_two_pins(make_inventory: InventoryFactory, settings: dict,
-                                      archive: str, binary: str) -> None:
+                                      archive: str, binary: str, tmp_path: Path) -> None:
+    if "coredns_binary_src" in settings:  # validate refuses a binary that is not there
+        binary_src = tmp_path / "srv" / "coredns"
+        binary_src.parent.mkdir()
+        binary_src.write_bytes(b"\x7fELF")
+        binary_src.chmod(0o755)
+        settings = {**settings, "coredns_binary_src": str(binary_src)}
     site = open_site(str(make_inventory(all=settings)))
     derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)
     assert derived["_coredns_archive_checksum"] == archive

