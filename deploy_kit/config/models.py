@@ -60,6 +60,14 @@ UNPRIVILEGED_PORTS = {
     "monitoring_node_exporter_port": "the node exporter",
 }
 _DURATION = r"^[1-9]\d{0,5}(s|m|h)$"  # a Prometheus duration deploykit writes into rules
+# Pinned versions: a release, never `latest`, a range, a URL or shell text. Consul, CoreDNS
+# and Ceph release as X.Y.Z; vLLM and LMCache as PEP 440 public versions (no local `+tag`:
+# PyPI has none). compat.yaml then says which releases deploykit supports.
+RELEASE_VERSIONS = ("consul_version", "coredns_version", "deploykit_ceph_version")
+PYTHON_VERSIONS = ("vllm_version", "lmcache_version")
+_RELEASE = re.compile(r"(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})")
+_PEP440 = re.compile(r"(0|[1-9]\d{0,5})(\.(0|[1-9]\d{0,5})){1,3}((a|b|rc)\d{1,4})?"
+                     r"(\.post\d{1,4})?(\.dev\d{1,4})?")
 
 
 def control_character_problem(value: Any, where: str = "") -> str | None:
@@ -575,6 +583,17 @@ class HostConfig(BaseModel):
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)
+
+    @field_validator(*RELEASE_VERSIONS, *PYTHON_VERSIONS)
+    @classmethod
+    def _version(cls, value: str, info: ValidationInfo) -> str:
+        release = info.field_name in RELEASE_VERSIONS
+        if not (_RELEASE if release else _PEP440).fullmatch(value):
+            example = cls.model_fields[str(info.field_name)].default
+            raise ValueError(f"{value[:40]!r} is not an exact release version|pin one release "
+                             f"({'X.Y.Z' if release else 'a PEP 440 version'}, e.g. "
+                             f"{example}): never latest, a range, a URL or spaces")
+        return value
 
     @field_validator("vllm_model")
     @classmethod

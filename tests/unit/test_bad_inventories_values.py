@@ -181,7 +181,36 @@ NETWORK_CASES = [
          "ceph_rgw_networks", ("rgw1", "rgw2")),
 ]
 
-CASES = PATH_CASES + NETWORK_CASES
+MIRROR = "http://mirror.example.com/coredns/coredns_{version}_linux_amd64.tgz"
+VERSION_CASES = [
+    Case("consul-version-latest", gv("all", consul_version="latest"), ALLF, "consul_version",
+         ALL),
+    Case("coredns-version-empty", gv("dns", coredns_version=""), DF, "coredns_version"),
+    Case("coredns-version-wildcard", gv("dns", coredns_version="1.*"), DF, "coredns_version"),
+    Case("ceph-version-url", gv("all", deploykit_ceph_version="https://x.example/ceph"), ALLF,
+         "deploykit_ceph_version"),
+    Case("ceph-version-two-parts", gv("all", deploykit_ceph_version="20.2"), ALLF,
+         "deploykit_ceph_version"),
+    Case("vllm-version-trailing-space", gv("vllm", vllm_version="0.34.0 "), VF,
+         "vllm_version", VLLM),
+    Case("lmcache-version-shell", gv("vllm", lmcache_version="0.5.6; curl x|sh"), VF,
+         "lmcache_version", VLLM),
+    Case("vllm-version-range", gv("vllm", vllm_version=">=0.30"), VF, "vllm_version", VLLM),
+    # --- downloads: HTTPS or pinned, no login ---------------------------------------------
+    Case("coredns-url-http-unpinned", gv("dns", coredns_binary_url=MIRROR), DF,
+         "coredns_binary_url", ("dns1",)),
+    Case("consul-url-with-password", gv("all", consul_binary_url=(
+        "https://deploy:" + corpus.SECRET + "@mirror.example.com/consul_{version}.zip")), ALLF,
+         "consul_binary_url", CONSUL),
+    Case("consul-url-ftp", gv("all", consul_binary_url="ftp://mirror.example.com/c.zip"), ALLF,
+         "consul_binary_url", CONSUL),
+    Case("coredns-url-no-host", gv("dns", coredns_binary_url="https:///coredns.tgz"), DF,
+         "coredns_binary_url"),
+    Case("coredns-url-shell", gv("dns", coredns_binary_url=(
+        "https://mirror.example.com/$(id).tgz")), DF, "coredns_binary_url"),
+]
+
+CASES = PATH_CASES + NETWORK_CASES + VERSION_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -214,6 +243,10 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("rgw-networks-holding-the-gateways", gv("all", ceph_rgw_networks=[
         "10.0.0.0/24", "fd00::/64"], consul_http_address="0.0.0.0")),
     ("dns-upstreams-outside", gv("dns", coredns_upstream=["192.0.2.53", "[2001:db8::53]:53"])),
+    ("downloads-pinned-or-https", both(
+        gv("dns", coredns_binary_url=MIRROR, coredns_archive_sha256="a" * 64),
+        gv("all", consul_binary_url="https://mirror.example.com/consul/{version}/c.zip",
+           consul_archive_sha256="b" * 64, vllm_version="0.34.0", lmcache_version="0.5.6"))),
     ("wheel-dir-beside-the-inventory", lambda files, root: (
         (root.parent / "wheels").mkdir() or files["group_vars/vllm.yml"].update(
             vllm_wheel_dir=str(root.parent / "wheels"), lmcache_wheel_dir="../wheels"))),
