@@ -208,17 +208,9 @@ def site_tls_problems(site: Site) -> list[Problem]:
     cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
     if s.deploykit_tls_ca_cert is None and not cert_path.exists():
         return []
-    try:
-        check_key_file(key_path)
-        load_ca(cert_path, key_path)
-    except TlsError as exc:
-        key = "deploykit_tls_ca_key" if exc.message.startswith(
-            ("the CA key", "cannot read the CA key")) else "deploykit_tls_ca_cert"
-        if s.deploykit_tls_ca_cert is None:
-            key = "deploykit_tls_dir"  # the CA deploykit created there
-        return [Problem(site.settings_source(key), key, exc.message,
-                        exc.hint or "give a PEM CA certificate and its unencrypted key")]
-    return []
+    from deploy_kit.ops.ca_check import ca_problems  # every problem, not the first
+
+    return ca_problems(site, cert_path, key_path)
 
 
 def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:

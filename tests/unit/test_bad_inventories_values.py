@@ -9,10 +9,14 @@ nothing written); the controls are unusual but valid inventories that must still
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
 
 import tests.unit.test_bad_inventories as corpus
 from tests.cli import run_cli
@@ -210,7 +214,103 @@ VERSION_CASES = [
         "https://mirror.example.com/$(id).tgz")), DF, "coredns_binary_url"),
 ]
 
-CASES = PATH_CASES + NETWORK_CASES + VERSION_CASES
+TLS = {"deploykit_s3_tls": True, "deploykit_s3_port": 443, "deploykit_s3_fqdn": "s3.t.test"}
+
+
+def operator_ca(*, key: str = "ec", digest: str = "sha256", ca: bool = True,
+                cert_sign: bool | None = True, days: int = 3650,
+                permitted: list[x509.GeneralName] | None = None,
+                excluded: list[x509.GeneralName] | None = None,
+                missing: tuple[str, ...] = ()) -> Mutation:
+    """An operator CA made to order beside the inventory, named in group_vars/all.yml."""
+    def mutate(files: Files, root: Path) -> None:
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+        from cryptography.x509.oid import NameOID
+
+        private = {"ec": lambda: ec.generate_private_key(ec.SECP256R1()),
+                   "ec-k1": lambda: ec.generate_private_key(ec.SECP256K1()),
+                   "ec-p192": lambda: ec.generate_private_key(ec.SECP192R1()),
+                   "rsa1024": lambda: rsa.generate_private_key(65537, 1024),
+                   "rsa2048": lambda: rsa.generate_private_key(65537, 2048)}[key]()
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ops CA")])
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                   .public_key(private.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=days))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None),
+                                  critical=True))
+        if cert_sign is not None:
+            builder = builder.add_extension(x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
+                crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        if permitted or excluded:
+            builder = builder.add_extension(x509.NameConstraints(
+                permitted_subtrees=permitted, excluded_subtrees=excluded), critical=True)
+        cert = builder.sign(private, hashes.SHA256())
+        if digest != "sha256":
+            cert = resigned(cert, private, digest)
+        cert_path, key_path = root.parent / "ops-ca.crt", root.parent / "ops-ca.key"
+        if "cert" not in missing:
+            cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        if "key" not in missing:
+            key_path.write_bytes(private.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption()))
+            key_path.chmod(0o600)
+        files["group_vars/all.yml"].update(TLS, deploykit_tls_ca_cert=str(cert_path),
+                                           deploykit_tls_ca_key=str(key_path))
+    return mutate
+
+
+def _der(tag: int, body: bytes) -> bytes:
+    size = len(body)
+    length = bytes([size]) if size < 128 else \
+        bytes([0x80 | ((size.bit_length() + 7) // 8)]) + size.to_bytes(
+            (size.bit_length() + 7) // 8, "big")
+    return bytes([tag]) + length + body
+
+
+def resigned(cert: x509.Certificate, private: Any, digest: str) -> x509.Certificate:
+    """`cert` signed again with RSA and SHA-1 or MD5, which cryptography no longer signs
+    certificates with (but still signs data with): the algorithm OIDs are swapped in
+    the DER (same length), the TBS part signed, the certificate put together again."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    sha256_rsa = bytes.fromhex("2a864886f70d01010b")
+    oid = sha256_rsa[:-1] + {"sha1": b"\x05", "md5": b"\x04"}[digest]
+    tbs = cert.tbs_certificate_bytes.replace(sha256_rsa, oid)
+    signature = private.sign(tbs, padding.PKCS1v15(),
+                             {"sha1": hashes.SHA1(), "md5": hashes.MD5()}[digest])
+    algorithm = _der(0x30, _der(0x06, oid) + b"\x05\x00")
+    return x509.load_der_x509_certificate(
+        _der(0x30, tbs + algorithm + _der(0x03, b"\x00" + signature)))
+
+
+CAK, CAC = "deploykit_tls_ca_key", "deploykit_tls_ca_cert"
+DNS, IP = x509.DNSName, x509.IPAddress
+CA_CASES = [
+    Case("ca-both-files-missing", operator_ca(missing=("cert", "key")), ALLF, CAC,
+         also=((ALLF, CAK),)),
+    Case("ca-no-cert-sign", operator_ca(cert_sign=False), ALLF, CAC),
+    Case("ca-rsa-1024", operator_ca(key="rsa1024"), ALLF, CAC),
+    Case("ca-secp256k1", operator_ca(key="ec-k1"), ALLF, CAC),
+    Case("ca-sha1", operator_ca(key="rsa2048", digest="sha1"), ALLF, CAC),
+    Case("ca-md5", operator_ca(key="rsa2048", digest="md5"), ALLF, CAC),
+    Case("ca-expires-before-certificates", operator_ca(days=100), ALLF, CAC),
+    Case("ca-constrained-to-another-site", operator_ca(permitted=[DNS("other.test")]), ALLF,
+         CAC),
+    Case("ca-excludes-the-s3-name", operator_ca(excluded=[DNS("s3.t.test")]), ALLF, CAC),
+    Case("ca-constrained-to-other-addresses", operator_ca(permitted=[
+        DNS("t.test"), IP(ipaddress.ip_network("192.168.0.0/16"))]), ALLF, CAC),
+    Case("ca-leaf-and-key-missing", operator_ca(ca=False, missing=("key",)), ALLF, CAC,
+         also=((ALLF, CAK),)),
+]
+
+CASES = PATH_CASES + NETWORK_CASES + VERSION_CASES + CA_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -247,6 +347,9 @@ CONTROLS: list[tuple[str, Mutation]] = [
         gv("dns", coredns_binary_url=MIRROR, coredns_archive_sha256="a" * 64),
         gv("all", consul_binary_url="https://mirror.example.com/consul/{version}/c.zip",
            consul_archive_sha256="b" * 64, vllm_version="0.34.0", lmcache_version="0.5.6"))),
+    ("ca-constrained-to-the-site", operator_ca(key="rsa2048", permitted=[
+        DNS("s3.t.test"), IP(ipaddress.ip_network("10.0.0.0/24"))])),
+    ("ca-without-key-usage", operator_ca(cert_sign=None)),
     ("wheel-dir-beside-the-inventory", lambda files, root: (
         (root.parent / "wheels").mkdir() or files["group_vars/vllm.yml"].update(
             vllm_wheel_dir=str(root.parent / "wheels"), lmcache_wheel_dir="../wheels"))),
