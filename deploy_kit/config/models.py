@@ -65,6 +65,25 @@ _DURATION = r"^[1-9]\d{0,5}(s|m|h)$"  # a Prometheus duration deploykit writes i
 # PyPI has none). compat.yaml then says which releases deploykit supports.
 RELEASE_VERSIONS = ("consul_version", "coredns_version", "deploykit_ceph_version")
 PYTHON_VERSIONS = ("vllm_version", "lmcache_version")
+# free strings and the character set each may use (they are pasted into argv, unit and
+# daemon names, ceph.conf, YAML specs and Prometheus labels)
+FREE_STRINGS: dict[str, tuple[re.Pattern[str], str, str]] = {
+    "ceph_rgw_service_id": (re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,62}"),
+                            "a cephadm service id", "letters, digits, '_', '-', '.'"),
+    "deploykit_ceph_mon_host": (re.compile(r"[A-Za-z0-9.:,/\[\] -]{1,2048}"),
+                                "a ceph.conf `mon host`", "addresses, host names and "
+                                "[v2:IP:port/0,v1:IP:port/0] lists as "
+                                "`ceph config generate-minimal-conf` writes them"),
+    "lmcache_nixl_backend": (re.compile(r"[A-Za-z0-9_]{1,64}"), "a NIXL plugin name",
+                             "letters, digits and '_', e.g. OBJ"),
+    "vllm_dtype": (re.compile(r"[a-z0-9_]{1,32}"), "a vLLM --dtype",
+                   "one of vLLM's dtypes, e.g. auto, bfloat16, float16"),
+    "vllm_served_model_name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}"),
+                               "a served model name", "letters, digits and . _ : / @ + -"),
+    "vllm_model": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9._-]{1,96})?"),
+                   "a Hugging Face model id or an absolute path",
+                   "owner/name of letters, digits, '.', '_' and '-', or an absolute path"),
+}
 _RELEASE = re.compile(r"(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})")
 _PEP440 = re.compile(r"(0|[1-9]\d{0,5})(\.(0|[1-9]\d{0,5})){1,3}((a|b|rc)\d{1,4})?"
                      r"(\.post\d{1,4})?(\.dev\d{1,4})?")
@@ -583,6 +602,17 @@ class HostConfig(BaseModel):
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)
+
+    @field_validator(*FREE_STRINGS)
+    @classmethod
+    def _free_string(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # names pasted into argv, unit names, ceph.conf (INI: `;` and `#` start comments),
+        # YAML specs and Prometheus labels: each its own character set (FREE_STRINGS)
+        pattern, what, allowed = FREE_STRINGS[str(info.field_name)]
+        if value is not None and not (value.startswith("/") and info.field_name ==
+                                      "vllm_model") and not pattern.fullmatch(value):
+            raise ValueError(f"{value[:60]!r} is not {what}|use {allowed}")
+        return value
 
     @field_validator(*RELEASE_VERSIONS, *PYTHON_VERSIONS)
     @classmethod

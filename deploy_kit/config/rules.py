@@ -996,6 +996,7 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
 # rule families kept in modules of their own; importing them registers their rules
 from deploy_kit.config import (  # noqa: E402,F401  (after RULES and _src exist)
     rules_downloads,
+    rules_monitoring,
     rules_network,
     rules_paths,
 )

@@ -310,7 +310,50 @@ CA_CASES = [
          also=((ALLF, CAK),)),
 ]
 
-CASES = PATH_CASES + NETWORK_CASES + VERSION_CASES + CA_CASES
+def monitored(files: Files, root: Path) -> None:
+    files["hosts.yml"]["all"]["children"]["monitoring"] = {
+        "hosts": {"mon1": {"ansible_host": "10.0.0.41"}}}
+
+
+ALL_MON = (*ALL, "mon1")
+STRING_CASES = [
+    # --- monitoring values that make an alert impossible ----------------------------------
+    Case("scrape-interval-past-rate-window", both(monitored, gv(
+        "all", monitoring_scrape_interval="10m")), ALLF, "monitoring_scrape_interval"),
+    Case("hit-ratio-for-past-retention", both(monitored, gv(
+        "all", monitoring_hit_ratio_for="9999h")), ALLF, "monitoring_hit_ratio_for"),
+    Case("rgw-latency-past-haproxy-timeout", both(monitored, gv(
+        "all", monitoring_rgw_latency_seconds=600)), ALLF, "monitoring_rgw_latency_seconds"),
+    Case("hit-ratio-target-percent", both(monitored, gv(
+        "all", monitoring_hit_ratio_target=85)), ALLF, "monitoring_hit_ratio_target"),
+    Case("shm-free-negative", both(monitored, gv("all", monitoring_shm_free_ratio=-0.1)),
+         ALLF, "monitoring_shm_free_ratio"),
+    Case("scrape-interval-bad-syntax", both(monitored, gv(
+        "all", monitoring_scrape_interval="15 seconds")), ALLF, "monitoring_scrape_interval"),
+    Case("hit-ratio-for-promql-injection", both(monitored, gv(
+        "all", monitoring_hit_ratio_for="5m\nlabels: {x: y}")), ALLF,
+         "monitoring_hit_ratio_for"),
+    Case("consul-check-interval-zero", gv("all", consul_check_interval="0s"), ALLF,
+         "consul_check_interval", CONSUL),
+    Case("consul-check-timeout-past-interval", gv("all", consul_check_timeout="30s"), ALLF,
+         "consul_check_timeout", CONSUL),
+    # --- free strings, by where they are written ------------------------------------------
+    Case("served-name-with-quote-and-brace", gv("vllm", vllm_served_model_name='m"} x{'), VF,
+         "vllm_served_model_name", VLLM),
+    Case("served-name-with-space", gv("vllm", vllm_served_model_name="my model"), VF,
+         "vllm_served_model_name", VLLM),
+    Case("model-id-with-shell", gv("all", vllm_model="Qwen/Qwen3-32B;id"), ALLF, "vllm_model"),
+    Case("mon-host-ini-comment", gv("all", deploykit_ceph_mon_host="10.0.0.1 ; #x"), ALLF,
+         "deploykit_ceph_mon_host"),
+    Case("service-id-path", gv("all", ceph_rgw_service_id="std/../x"), ALLF,
+         "ceph_rgw_service_id"),
+    Case("nixl-backend-yaml", gv("vllm", lmcache_nixl_backend="OBJ: {a"), VF,
+         "lmcache_nixl_backend", VLLM),
+    Case("dtype-argv", gv("vllm", vllm_dtype="auto --trust-remote-code"), VF, "vllm_dtype",
+         VLLM),
+]
+
+CASES = PATH_CASES + NETWORK_CASES + VERSION_CASES + CA_CASES + STRING_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -350,6 +393,12 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("ca-constrained-to-the-site", operator_ca(key="rsa2048", permitted=[
         DNS("s3.t.test"), IP(ipaddress.ip_network("10.0.0.0/24"))])),
     ("ca-without-key-usage", operator_ca(cert_sign=None)),
+    ("monitoring-at-its-limits", both(monitored, gv(
+        "all", monitoring_scrape_interval="5m", monitoring_hit_ratio_for="360h",
+        monitoring_rgw_latency_seconds=299, monitoring_hit_ratio_target=1,
+        consul_check_interval="2s", consul_check_timeout="2s",
+        vllm_served_model_name="org/model-v1.5:latest", deploykit_ceph_mon_host=(
+            "[v2:10.0.0.1:3300/0,v1:10.0.0.1:6789/0] [v2:10.0.0.2:3300/0]")))),
     ("wheel-dir-beside-the-inventory", lambda files, root: (
         (root.parent / "wheels").mkdir() or files["group_vars/vllm.yml"].update(
             vllm_wheel_dir=str(root.parent / "wheels"), lmcache_wheel_dir="../wheels"))),
@@ -365,6 +414,31 @@ def test_control_passes(name: str, mutate: Mutation, tmp_path: Path) -> None:
     write(root, files)
     result = run_cli("validate", "-i", str(root), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("settings", [
+    # (the longest `for` allowed, 360h, is left out: its rule test series takes promtool
+    # 45 s; the check that matters for it is the retention rule's)
+    {"monitoring_scrape_interval": "5m", "monitoring_hit_ratio_for": "6h",
+     "monitoring_rgw_latency_seconds": 299, "monitoring_hit_ratio_target": 1,
+     "monitoring_shm_free_ratio": 0.99, "vllm_served_model_name": "org/model-v1.5:latest"},
+    {"monitoring_scrape_interval": "1s", "monitoring_hit_ratio_for": "1s",
+     "monitoring_rgw_latency_seconds": 0.001, "monitoring_hit_ratio_target": 0.001,
+     "monitoring_shm_free_ratio": 0.001},
+], ids=["upper-limits", "lower-limits"])
+def test_values_at_the_limits_render_what_promtool_accepts(
+        make_inventory: Any, tmp_path: Path, settings: dict[str, Any]) -> None:
+    """What the rules let through renders rules and a config Prometheus's own promtool
+    accepts, and each alert still fires on its test series (they would not parse, or
+    never fire, past the limits)."""
+    from tests.unit.test_monitoring import promtool, site_of, write_cluster
+
+    site = site_of(make_inventory, **settings)
+    directory = write_cluster(site, tmp_path / "out")
+    for args in (("check", "rules", "rules.yml"), ("test", "rules", "rules.test.yml"),
+                 ("check", "config", "prometheus.yml")):
+        result = promtool(*args, cwd=directory)
+        assert result.returncode == 0, (args, result.stdout + result.stderr)
 
 
 def test_cases_named_once() -> None:
