@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.config import fit
+from deploy_kit.config import (
+    fit,
+    rules_downloads,
+    rules_monitoring,
+    rules_network,
+    rules_paths,
+)
 from deploy_kit.config.instances import DEVICE_ENV, instance_count, instances, workers
 from deploy_kit.config.models import SECRET_KEYS, dns_name_problem
 from deploy_kit.config.site import GROUPS as GROUP_NAMES
@@ -772,10 +778,8 @@ def _tls_dir_problem(site: Site) -> str | None:
     given = value if value.is_absolute() else site.root / value  # as render.tls resolves it
     if given.is_symlink():
         return f"{given} is a symlink"
-    from deploy_kit.config.rules_paths import controller_dir_problem
-
     # `/`, system directories and those above them, the home directory, the inventory
-    why = controller_dir_problem(site, given, trees=("/proc", "/sys", "/dev", "/boot"))
+    why = rules_paths.controller_dir_problem(site, given, trees=("/proc", "/sys", "/dev", "/boot"))
     if why:
         return why
     target = given.resolve()
@@ -993,10 +997,7 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
                           hosts=(host.name,))
 
 
-# rule families kept in modules of their own; importing them registers their rules
-from deploy_kit.config import (  # noqa: E402,F401  (after RULES and _src exist)
-    rules_downloads,
-    rules_monitoring,
-    rules_network,
-    rules_paths,
-)
+
+# rule families kept in modules of their own (they import nothing from this one)
+RULES += [*rules_paths.RULES, *rules_network.RULES, *rules_downloads.RULES,
+          *rules_monitoring.RULES]

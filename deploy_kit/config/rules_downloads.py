@@ -15,10 +15,13 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.rules import _src, rule
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Site
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
+
+RULES, rule = collector()
 
 # characters no download URL needs and shells, YAML or get_url read specially
 _UNSAFE = re.compile(r"[\s\"'`<>\\^|{}$;]")

@@ -1,5 +1,5 @@
-"""Monitoring values that make an alert impossible, and Consul check timings that cannot
-work (class 13 of the 2026-12-06 review). The value types (durations, ratios, ports,
+"""Monitoring values that make an alert impossible, and Consul check timings of zero
+(class 13 of the 2026-12-06 review). The value types (durations, ratios, ports,
 label-safe names) are checked in models.py; here, what only their combination with the
 rendered rules (deploy_kit/data/alerts.yaml) and daemons shows.
 """
@@ -11,9 +11,12 @@ import re
 from collections.abc import Iterator
 from importlib import resources
 
-from deploy_kit.config.rules import _src, rule
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Site
 from deploy_kit.core.errors import Problem
+
+RULES, rule = collector()
 
 # Prometheus's TSDB retention (deploykit keeps its default): a pending alert's `for` is
 # restored from there after a restart, and nothing is kept longer
@@ -76,8 +79,8 @@ def alerts_can_fire(site: Site) -> Iterator[Problem]:
 
 @rule
 def consul_timings_work(site: Site) -> Iterator[Problem]:
-    """Consul's check interval and timeout, and its join retry interval, must be positive,
-    and a check may not time out after the next one starts."""
+    """Consul's check interval and timeout, and its join retry interval, must be positive
+    (a timeout above the interval is Consul's to allow: it is not refused)."""
     if site.settings.deploykit_dns_mode != "consul":
         return
     for host in site.hosts.values():
@@ -90,9 +93,3 @@ def consul_timings_work(site: Site) -> Iterator[Problem]:
                 yield Problem(_src(site, host, key), key, f"{value} is zero (Consul refuses "
                               "the check, or retries without pause)", "give a positive "
                               "duration, e.g. 10s", hosts=(host.name,))
-        interval, timeout = seconds(c.consul_check_interval), seconds(c.consul_check_timeout)
-        if interval and timeout and timeout > interval:
-            yield Problem(_src(site, host, "consul_check_timeout"), "consul_check_timeout",
-                          f"{c.consul_check_timeout} is longer than consul_check_interval "
-                          f"{c.consul_check_interval}: checks would overlap",
-                          "use a timeout below the interval", hosts=(host.name,))

@@ -3,8 +3,8 @@
 site.address_problem refuses addresses no host can be reached at (unspecified, multicast,
 link-local, reserved; IPv6 in the IPv4-only tiers); host_ports_distinct (rules.py) every
 port clash on one host. Here: what only the whole site shows. A loopback address reaches
-only the host itself, so it is refused where other hosts (or the controller's other
-hosts) have real addresses; Consul's HTTP address must be one the agent can bind; CoreDNS
+only the host itself, so it is refused in a tier of peers whose others have real
+addresses; Consul's HTTP address must be one the agent can bind; CoreDNS
 must not forward to the site's own DNS servers (each would forward to the other); the
 gateway networks must contain the gateways, whose certificates the CA may only vouch for
 inside them.
@@ -16,9 +16,12 @@ import functools
 import ipaddress
 from collections.abc import Iterator
 
-from deploy_kit.config.rules import _src, rule
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import Problem
+
+RULES, rule = collector()
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -56,19 +59,28 @@ def _unusable(ip: IPAddress) -> str | None:
     return None
 
 
+# tiers whose members are peers: DNS answers list every gateway, Consul servers join each
+# other, clients ask any DNS server
+PEER_TIERS = ("rgw", "consul_servers", "dns")
+
+
 @rule
-def loopback_only_where_alone(site: Site) -> Iterator[Problem]:
-    """A loopback host address works only when every host is this machine: with any host
-    at a real address, the others (DNS answers, Consul joins, scrapes) cannot reach it."""
-    loopback = [h for h in site.hosts.values() if _is_loopback(h.address)]
-    if not loopback or len(loopback) == len(site.hosts):
-        return
-    for host in loopback:
-        key = _address_key(host)
-        yield Problem(_src(site, host, key), key,
-                      f"{host.address} is a loopback address, which other hosts of the site "
-                      "cannot reach", "give the host's address on the site's network",
-                      hosts=(host.name,))
+def loopback_only_among_loopback_peers(site: Site) -> Iterator[Problem]:
+    """A loopback address in a tier whose other members have real addresses points every
+    client (a DNS answer, a Consul join) at the client itself. A tier all on loopback is
+    a one-machine test site and stays allowed."""
+    for tier in PEER_TIERS:
+        members = site.group(tier)
+        loopback = [h for h in members if _is_loopback(h.address)]
+        if not loopback or len(loopback) == len(members):
+            continue
+        for host in loopback:
+            key = _address_key(host)
+            yield Problem(_src(site, host, key), key,
+                          f"{host.address} is a loopback address, but the other {tier} "
+                          "hosts have real ones: clients given this one reach themselves",
+                          "give the host's address on the site's network",
+                          hosts=(host.name,))
 
 
 @rule

@@ -26,9 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.rules import _src, rule
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import Problem
+
+RULES, rule = collector()
 
 # Directories the OS, packages or every user share; a private directory may be none of
 # them nor above one (their ancestors are added below).
@@ -67,7 +70,9 @@ PACKAGE_TREES = ("/etc", "/opt", "/usr", "/usr/local", "/usr/local/lib", "/usr/l
                  "/usr/share", "/usr/libexec", "/usr/local/libexec", "/var", "/var/lib",
                  "/var/cache", "/var/spool", "/var/opt", "/var/local", "/run", "/var/run",
                  "/srv", "/home", "/root")
-# world-writable: anyone may plant a symlink there before the roles chown or delete it
+# world-writable: anyone may plant a link there first; the converge record (a fixed name
+# the roles replace as root) may not sit there. (Directories below them stay allowed: the
+# benches and one-machine proofs use private mkdtemp directories there.)
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
 OWNER_WORDS = ("deploykit", "consul", "coredns", "lmcache", "vllm", "kvcache", "kv-cache",
                "kv_cache")
@@ -135,9 +140,6 @@ def system_path_problem(value: str, words: tuple[str, ...] | None = ()) -> str |
         return f"{value} is inside a credentials directory"
     if words is None:
         return None
-    for tree in WORLD_WRITABLE:
-        if _inside(path, tree):
-            return f"{value} is inside {tree}, where any user may plant a link first"
     roots = [t for t in PACKAGE_TREES if _inside(path, t) and path != t]
     if roots:
         root = max(roots, key=len)

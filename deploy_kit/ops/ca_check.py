@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
 
 from cryptography import x509
@@ -25,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from deploy_kit.config.site import Site
-from deploy_kit.core.errors import Problem
+from deploy_kit.core.errors import DeployKitError, Problem
 from deploy_kit.render import tls as names
 from deploy_kit.safe_read import UnreadableFile, read_bytes
 
@@ -42,11 +43,15 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def ca_problems(site: Site, cert_path: Path, key_path: Path) -> list[Problem]:
+def ca_problems(site: Site, cert_path: Path, key_path: Path,
+                check_key_file: Callable[[Path], None], signing: tuple[type, ...]
+                ) -> list[Problem]:
+    """`check_key_file` (ops/tls.py's: owner-only, no link) raises a DeployKitError for a
+    key file it refuses; `signing`: the key types that may sign."""
     s = site.settings
     found: list[tuple[str, str, str]] = []  # (setting, problem, fix)
     cert = _load_cert(cert_path, found)
-    key = _load_key(key_path, found)
+    key = _load_key(key_path, found, check_key_file, signing)
     if cert is not None:
         found += _cert_problems(site, cert, cert_path)
     if cert is not None and key is not None:
@@ -69,20 +74,20 @@ def _load_cert(path: Path, found: list[tuple[str, str, str]]) -> x509.Certificat
     return None
 
 
-def _load_key(path: Path, found: list[tuple[str, str, str]]) -> PrivateKeyTypes | None:
-    from deploy_kit.ops.tls import SIGNING_KEYS, TlsError, check_key_file
-
+def _load_key(path: Path, found: list[tuple[str, str, str]],
+              check_key_file: Callable[[Path], None], signing: tuple[type, ...]
+              ) -> PrivateKeyTypes | None:
     try:
         check_key_file(path)
         key = serialization.load_pem_private_key(read_bytes(path, MAX_PEM_BYTES),
                                                  password=None)
-    except TlsError as exc:
+    except DeployKitError as exc:
         found.append((KEY, exc.message, exc.hint or PEM_HINT))
         return None
     except (OSError, UnreadableFile, ValueError, TypeError) as exc:
         found.append((KEY, f"cannot load the CA key {path}: {_reason(exc)}", PEM_HINT))
         return None
-    if isinstance(key, dsa.DSAPrivateKey) or not isinstance(key, SIGNING_KEYS):
+    if isinstance(key, dsa.DSAPrivateKey) or not isinstance(key, signing):
         found.append((KEY, f"the CA key {path} is a {type(key).__name__}: it cannot sign "
                       "certificates here", "an EC (P-256 or larger), RSA (2048 bits or "
                       "more) or Ed25519 CA key"))

@@ -210,7 +210,7 @@ def site_tls_problems(site: Site) -> list[Problem]:
         return []
     from deploy_kit.ops.ca_check import ca_problems  # every problem, not the first
 
-    return ca_problems(site, cert_path, key_path)
+    return ca_problems(site, cert_path, key_path, check_key_file, SIGNING_KEYS)
 
 
 def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:
