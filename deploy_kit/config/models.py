@@ -74,6 +74,9 @@ FREE_STRINGS: dict[str, tuple[re.Pattern[str], str, str]] = {
                                 "a ceph.conf `mon host`", "addresses, host names and "
                                 "[v2:IP:port/0,v1:IP:port/0] lists as "
                                 "`ceph config generate-minimal-conf` writes them"),
+    "ceph_rgw_s3_display_name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.,:()@+-]{0,127}"),
+                                 "a plain display name", "letters, digits, spaces and "
+                                 "_ . , : ( ) @ + -"),
     "lmcache_nixl_backend": (re.compile(r"[A-Za-z0-9_]{1,64}"), "a NIXL plugin name",
                              "letters, digits and '_', e.g. OBJ"),
     "vllm_dtype": (re.compile(r"[a-z0-9_]{1,32}"), "a vLLM --dtype",

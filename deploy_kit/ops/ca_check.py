@@ -133,7 +133,10 @@ def _cert_problems(site: Site, cert: x509.Certificate, path: Path
         found.append((CERT, f"{path} is signed with {algorithm.name.upper()}, which clients "
                       "refuse (collisions are practical)", "give a CA signed with SHA-256 "
                       "or stronger"))
-    found += _validity(cert, path, s.deploykit_tls_cert_days)
+    # deploykit's own CA outlives the longest certificate when made (CA_DAYS): only an
+    # operator's CA is held to the certificates' lifetime
+    days = s.deploykit_tls_cert_days if s.deploykit_tls_ca_cert else 0
+    found += _validity(cert, path, days)
     found += _name_constraints(site, cert, path)
     return found
 
@@ -154,7 +157,7 @@ def _validity(cert: x509.Certificate, path: Path, days: int) -> list[tuple[str, 
     if start > now:
         return [(CERT, f"the CA {path} is not valid before {start:%Y-%m-%d %H:%M} UTC",
                  "check this machine's clock, or give a CA valid now")]
-    if end < now + datetime.timedelta(days=days):
+    if days and end < now + datetime.timedelta(days=days):
         left = (end - now).days
         return [(CERT, f"the CA {path} expires on {end:%Y-%m-%d}, in {left} days, before "
                  f"the {days}-day concentrator certificates it would issue (they end with "

@@ -21,6 +21,7 @@ from cryptography import x509
 import tests.unit.test_bad_inventories as corpus
 from tests.cli import run_cli
 from tests.unit.test_bad_inventories import (
+    AF,
     ALLF,
     DF,
     RF,
@@ -349,6 +350,8 @@ STRING_CASES = [
          "deploykit_ceph_mon_host"),
     Case("service-id-path", gv("all", ceph_rgw_service_id="std/../x"), ALLF,
          "ceph_rgw_service_id"),
+    Case("display-name-jinja-and-quotes", gv("ceph_admin", ceph_rgw_s3_display_name=(
+        'KV "cache" {x}')), AF, "ceph_rgw_s3_display_name", ("adm1",)),
     Case("nixl-backend-yaml", gv("vllm", lmcache_nixl_backend="OBJ: {a"), VF,
          "lmcache_nixl_backend", VLLM),
     Case("dtype-argv", gv("vllm", vllm_dtype="auto --trust-remote-code"), VF, "vllm_dtype",
