@@ -69,7 +69,7 @@ SYSTEM_TREES = (
 PACKAGE_TREES = ("/etc", "/opt", "/usr", "/usr/local", "/usr/local/lib", "/usr/local/share",
                  "/usr/share", "/usr/libexec", "/usr/local/libexec", "/var", "/var/lib",
                  "/var/cache", "/var/spool", "/var/opt", "/var/local", "/run", "/var/run",
-                 "/srv", "/home", "/root")
+                 "/home", "/root")
 # world-writable: anyone may plant a link there first; the converge record (a fixed name
 # the roles replace as root) may not sit there. (Directories below them stay allowed: the
 # benches and one-machine proofs use private mkdtemp directories there.)
@@ -85,7 +85,8 @@ SECRET_COMPONENTS = (".ssh", ".gnupg", ".aws", ".kube", ".docker", ".vault-token
 PRIVATE_DIRS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "consul_data_dir": ("made consul:consul 0750 and deleted by `down`", ()),
     "lmcache_config_dir": ("made root:root 0755 and filled with LMCache's files", ()),
-    "vllm_models_dir": ("filled with the staged model", ("model",)),
+    "vllm_models_dir": ("filled with the staged model", ("model", "llm", "huggingface",
+                                                          "weights")),
     "vllm_venv": ("made a Python virtual environment", None),
     "lmcache_disk_path": ("filled with LMCache's chunk files", None),
 }

@@ -378,6 +378,8 @@ CONTROLS: list[tuple[str, Mutation]] = [
            vllm_models_dir="/data/models", lmcache_mode="disk",
            lmcache_disk_path="/mnt/nvme0/lmcache"))),
     ("venv-in-a-user-home", gv("vllm", vllm_venv="/home/vllm/venv")),
+    ("dirs-under-srv", both(gv("all", consul_data_dir="/srv/consul-data"), gv(
+        "vllm", lmcache_config_dir="/srv/kv/etc", vllm_models_dir="/var/lib/huggingface"))),
     ("venv-an-existing-conda", gv("vllm", vllm_venv="/opt/conda",
                                   vllm_models_dir="/tmp/proof/models")),
     ("binaries-from-the-controller", both(
@@ -451,3 +453,20 @@ def test_cases_named_once() -> None:
     assert len(names) == len(set(names))
     assert os.sep == "/"
     assert hosts  # the helpers stay importable for further cases
+
+
+@pytest.mark.parametrize(("path", "refused"), [
+    ("/", True), ("//etc", True), ("/etc/", True), ("/etc/../etc", True), ("/usr/local", True),
+    ("/usr/local/bin", True), ("/var/lib", True), ("/var/lib/mysql", True),
+    ("/var/lib/dpkg/consul", True), ("/etc/ssh/consul", True), ("/proc/1", True),
+    ("/home/alice", True), ("/root/.ssh/consul", True), ("/etc/consul.d", True),
+    ("/opt", True), ("/opt/other", True), ("/mnt", True), ("/srv", True),
+    ("/opt/consul", False), ("/var/lib/consul", False), ("/etc/deploykit", False),
+    ("/data/consul", False), ("/srv/anything", False), ("/mnt/nvme0/x", False),
+    ("/opt/hashicorp/consul", False), ("/tmp/dk-proof-1/x", False),
+])
+def test_which_directories_a_role_may_own(path: str, refused: bool) -> None:
+    """The rule behind every private directory setting, normalising as the kernel does."""
+    from deploy_kit.config.rules_paths import system_path_problem
+
+    assert (system_path_problem(path) is not None) == refused, system_path_problem(path)
