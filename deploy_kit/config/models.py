@@ -324,6 +324,11 @@ class HostConfig(BaseModel):
     lmcache_blocking_timeout_secs: int = Field(default=100, ge=1, le=86400)
     # serialiser for s3/nixl objects (in-process); naive stores raw KV, the size `plan` assumes
     lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
+    # the chunk-key hash (LMCache's pre_caching_hash_algorithm; the server's --hash-algorithm):
+    # sha256_cbor or sha256 (vLLM's SHA-256: no client can aim a prompt at another prefix's
+    # key); builtin: Python's hash, keyed only by vllm_python_hash_seed (the opt-out). One value
+    # on every host sharing the bucket. LMCache 0.3.x knows only builtin (its default there)
+    lmcache_pre_caching_hash_algorithm: Literal["sha256_cbor", "sha256", "builtin"] = "sha256_cbor"
     lmcache_s3_num_io_threads: int = Field(default=64, ge=1, le=4096)
     lmcache_s3_prefer_http2: bool = False
     lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1, le=65536)  # 0.3.x only
@@ -480,6 +485,20 @@ class HostConfig(BaseModel):
     monitoring_alertmanager: bool = False
     # Alertmanager's port on the monitoring host (loopback), with monitoring_alertmanager: true
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_chunk_hash(cls, data: Any) -> Any:
+        """lmcache_pre_caching_hash_algorithm unset: the pinned LMCache series' first
+        (sha256_cbor; builtin on 0.3.x, whose keys cannot hold a digest)."""
+        if not isinstance(data, dict) or data.get("lmcache_pre_caching_hash_algorithm") is not None:
+            return data
+        version = data.get("lmcache_version", cls.model_fields["lmcache_version"].default)
+        try:
+            hashes = compat.lmcache(str(version)).pre_caching_hashes
+        except ValueError:  # unsupported version: versions_supported reports it
+            return data
+        return {**data, "lmcache_pre_caching_hash_algorithm": hashes[0]}
 
     @model_validator(mode="before")
     @classmethod

@@ -91,11 +91,11 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
     """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
-            "lmcache_mode", "lmcache_topology")
+            "lmcache_mode", "lmcache_topology", "lmcache_pre_caching_hash_algorithm")
     hosts = site.group("vllm")
     yield from _agree(site, hosts, keys, "every vllm host")
-    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>, builtin hash)
-    # and the server's (<model>@<kv_rank>@<group>@<hash>, blake3) never match, and a new
+    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
+    # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
     # LMCache series may change either (deploy_kit/cache/keys.py)
     series = {h.name: ".".join(h.config.lmcache_version.split(".")[:2]) for h in hosts}
     if len(set(series.values())) > 1:
@@ -108,6 +108,24 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
                               f"{majority}.x (object keys differ between series)",
                               "use one LMCache series on every vllm host (cache keys would "
                               "not match)", hosts=(host.name,))
+
+
+def _chunk_hash_problems(site: Site, host: Host, table: compat.LMCacheCompat
+                         ) -> Iterator[Problem]:
+    """The chunk-key hash: one the pinned LMCache can key by, set only by its setting."""
+    alg = host.config.lmcache_pre_caching_hash_algorithm
+    if alg not in table.pre_caching_hashes:
+        yield Problem(_src(site, host, "lmcache_pre_caching_hash_algorithm"),
+                      "lmcache_pre_caching_hash_algorithm",
+                      f"LMCache {host.config.lmcache_version} cannot key chunks by {alg}",
+                      f"use {' or '.join(table.pre_caching_hashes)}, or pin lmcache_version "
+                      "0.4 or later")
+    if "pre_caching_hash_algorithm" in host.config.lmcache_extra_config:
+        # LMCache reads it at the top level only: in extra_config it would be ignored
+        yield Problem(_src(site, host, "lmcache_extra_config"),
+                      "lmcache_extra_config.pre_caching_hash_algorithm",
+                      "deploykit sets the chunk-key hash (LMCache ignores it in extra_config)",
+                      "remove it; set lmcache_pre_caching_hash_algorithm instead")
 
 
 def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
@@ -195,6 +213,7 @@ def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
                 yield Problem(src, f"lmcache_extra_config.{key}",
                               f"not an S3 key of LMCache {host.config.lmcache_version}",
                               f"use one of {', '.join(sorted(table.s3_extra_keys))}")
+        yield from _chunk_hash_problems(site, host, table)
         if host.config.lmcache_extra_config.get("save_chunk_meta"):
             yield Problem(src, "lmcache_extra_config.save_chunk_meta",
                           "must be false for S3", "remove it")

@@ -45,6 +45,8 @@ def server_argv(c: HostConfig) -> list[str]:
             "--http-host", MQ_HOST, "--http-port", str(c.lmcache_server_http_port),
             "--prometheus-port", str(c.lmcache_server_metrics_port),
             "--chunk-size", str(c.lmcache_chunk_size),
+            # the chunk-key hash (upstream's default is blake3): the one fleet-wide setting
+            "--hash-algorithm", c.lmcache_pre_caching_hash_algorithm,
             "--l1-size-gb", _gb(l1_gb(c)),
             "--l1-init-size-gb", _gb(min(l1_gb(c), 1.0)),
             "--eviction-policy", c.lmcache_server_eviction_policy,
