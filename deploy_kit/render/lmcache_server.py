@@ -66,7 +66,10 @@ def connector_extra(c: HostConfig) -> dict[str, Any]:
     handler for, and dies after 300 s waiting for register_kv_caches (measured)."""
     return {"lmcache.mp.host": f"tcp://{MQ_HOST}", "lmcache.mp.port": c.lmcache_server_port,
             "lmcache.mp.mp_transfer_mode": "lmcache_driven",
-            "lmcache.mp.mq_timeout": c.lmcache_server_mq_timeout}
+            "lmcache.mp.mq_timeout": c.lmcache_server_mq_timeout,
+            # "must match the MP server's --hash-algorithm" (0.5.6 ExtraConfigDefault): the
+            # chunk hashes vLLM's KV events name are the server's object keys
+            "lmcache.mp.hash_algorithm": c.lmcache_pre_caching_hash_algorithm}
 
 
 def server_env(c: HostConfig) -> dict[str, str]:

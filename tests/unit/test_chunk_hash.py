@@ -46,6 +46,8 @@ def test_the_server_hashes_with_the_setting(make_inventory: InventoryFactory) ->
         site = open_site(str(make_inventory(CPU_TWO_INSTANCES, all=extra)))
         argv = lmcache_server.server_argv(site.hosts["cpu1"].config)
         assert argv[argv.index("--hash-algorithm") + 1] == expected
+        assert lmcache_server.connector_extra(site.hosts["cpu1"].config)[
+            "lmcache.mp.hash_algorithm"] == expected
 
 
 def test_hosts_sharing_the_bucket_must_agree(make_inventory: InventoryFactory) -> None:
