@@ -213,8 +213,14 @@ class HostConfig(BaseModel):
     ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
     ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
-    # login of the concentrator's HAProxy stats page (/stats on the monitor port)
+    # login of the concentrator's HAProxy stats page (/stats on ceph_rgw_concentrator_stats_port)
     ceph_rgw_concentrator_monitor_user: str = "admin"
+    # the HAProxy stats page (/stats, with that login): on 127.0.0.1 (reach it through an SSH
+    # tunnel) unless ceph_rgw_concentrator_stats_public
+    ceph_rgw_concentrator_stats_port: int = Field(default=1968, ge=1, le=65535)
+    # opt-out: serve /stats on every address (over TLS with deploykit_s3_tls, else plain
+    # HTTP: the login can then be read off the network)
+    ceph_rgw_concentrator_stats_public: bool = False
     # CIDRs: cephadm spec `networks` (where gateways bind); IP ranges the created CA may vouch for
     ceph_rgw_networks: list[str] = Field(default_factory=list)
     ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64, le=10_000_000)  # needs 2x fds

@@ -404,7 +404,8 @@ def ports_in_use(host: Host) -> dict[int, str]:
         claims += [(c.ceph_rgw_frontend_port + i, "ceph_rgw_frontend_port")
                    for i in range(c.ceph_rgw_count_per_host)]
         claims += [(c.deploykit_s3_port, "deploykit_s3_port"),
-                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port")]
+                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port"),
+                   (c.ceph_rgw_concentrator_stats_port, "ceph_rgw_concentrator_stats_port")]
     if "dns" in host.groups:
         claims += [(c.coredns_port, "coredns_port"), (c.coredns_health_port, "coredns_health_port"),
                    (c.coredns_ready_port, "coredns_ready_port"),
