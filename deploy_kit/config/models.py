@@ -269,6 +269,14 @@ class HostConfig(BaseModel):
     coredns_port: int = Field(default=53, ge=1, le=65535)
     # resolvers for all other names: IP[:port] or resolv.conf paths; empty: only the S3 name
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
+    # sources CoreDNS answers (its acl plugin; any other source gets REFUSED), loopback always.
+    # Unset: the /24 (IPv4) or /64 (IPv6) around each inventory host's address. A list
+    # replaces that: CIDRs or addresses, with the clients that are not inventory hosts (and
+    # the controller, for `verify`); ["0.0.0.0/0", "::/0"] answers everyone (the opt-out)
+    coredns_allowed_networks: list[str] | None = Field(default=None, max_length=4096)
+    # addresses or interface names CoreDNS takes DNS queries on; unset: the host's own
+    # address and 127.0.0.1; []: every address (the opt-out)
+    coredns_bind: list[str] | None = Field(default=None, max_length=256)
     # CoreDNS's `health` endpoint (HTTP /health)
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
     coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
@@ -651,6 +659,33 @@ class HostConfig(BaseModel):
             except ValueError:
                 raise ValueError(f"{entry!r} is not an upstream resolver|give an IPv4/IPv6 "
                                  "address (optionally :port) or a resolv.conf path") from None
+        return value
+
+    @field_validator("coredns_allowed_networks")
+    @classmethod
+    def _coredns_networks(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        out = []
+        for entry in value:
+            try:  # an address is its own /32 or /128; host bits are dropped, as CoreDNS does
+                out.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network|give CIDRs such as "
+                                 "10.0.0.0/24 or 2001:db8::/64, or addresses") from None
+        return out
+
+    @field_validator("coredns_bind")
+    @classmethod
+    def _coredns_bind(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or []:
+            try:
+                ipaddress.ip_address(entry)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", entry):
+                    raise ValueError(f"{entry!r} is neither an address nor an interface "
+                                     "name|give IP addresses or interface names such as "
+                                     "eth0") from None
         return value
 
     @field_validator("consul_http_address")

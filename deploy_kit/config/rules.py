@@ -7,6 +7,7 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -394,6 +395,42 @@ def s3_name_consistent(site: Site) -> Iterator[Problem]:
         yield Problem(site.settings_source("deploykit_s3_bucket"), "deploykit_s3_bucket",
                       "a dot in the bucket breaks virtual-hosted addressing",
                       "use letters, digits and dashes")
+
+
+@rule
+def coredns_answers_the_site(site: Site) -> Iterator[Problem]:
+    """A coredns_allowed_networks list must hold every inventory host (each one's resolver
+    asks the DNS hosts), and a coredns_bind of addresses the host's own address (the one
+    resolv.conf names): else their lookups are refused or never arrive."""
+    for dns in site.group("dns"):
+        c = dns.config
+        if c.coredns_allowed_networks is not None:
+            nets = [ipaddress.ip_network(n) for n in c.coredns_allowed_networks]
+            left_out = []
+            for h in site.hosts.values():
+                with contextlib.suppress(ValueError):
+                    address = ipaddress.ip_address(h.address)
+                    if not any(address in n for n in nets if n.version == address.version):
+                        left_out.append(h.name)
+            if left_out:
+                yield Problem(_src(site, dns, "coredns_allowed_networks"),
+                              "coredns_allowed_networks",
+                              f"leaves out inventory hosts: CoreDNS on {dns.name} would refuse "
+                              "their lookups", "add their addresses or networks",
+                              hosts=tuple(sorted(left_out)))
+        bind = c.coredns_bind or []
+        addresses = []
+        for entry in bind:
+            with contextlib.suppress(ValueError):
+                addresses.append(ipaddress.ip_address(entry))
+        own = None
+        with contextlib.suppress(ValueError):
+            own = ipaddress.ip_address(dns.address)
+        if own is not None and bind and len(addresses) == len(bind) and own not in addresses:
+            yield Problem(_src(site, dns, "coredns_bind"), "coredns_bind",
+                          f"does not hold {dns.name}'s address {dns.address}, which every "
+                          "host's resolv.conf names", f"add {dns.address} (or an interface)",
+                          hosts=(dns.name,))
 
 
 def ports_in_use(host: Host) -> dict[int, str]:
