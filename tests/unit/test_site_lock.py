@@ -144,3 +144,22 @@ def test_wait_lock_is_an_option_of_up_and_down() -> None:
     for verb in ("up", "down"):
         assert "--wait-lock" in run_cli(verb, "--help").stdout
     assert yaml.safe_dump(BASE_HOSTS)  # the inventory the CLI tests use is the usual one
+
+
+def test_bench_ttft_restarts_nothing_while_a_converge_holds_the_site(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy_kit.bench import ttft
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("the TTFT protocol ran beside a converge")
+
+    monkeypatch.setattr(ttft, "run", never)
+    root = make_inventory()
+    proc, release = _holder(root)
+    try:
+        result = run_cli("bench", "ttft", "--yes", "-i", str(root))
+        assert result.returncode == ExitCode.ENVIRONMENT, result.stdout + result.stderr
+        assert f"pid {proc.pid}" in result.stderr
+    finally:
+        release.set()  # type: ignore[attr-defined]
+        proc.join(30)
