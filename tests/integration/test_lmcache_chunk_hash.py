@@ -9,14 +9,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.open import open_site
 from deploy_kit.render import lmcache_server
 from deploy_kit.render.files import render_site
 from tests.conftest import CPU_TWO_INSTANCES, REPO, InventoryFactory
+from tests.integration.test_consul_dns import free_port
 
 try:
     from deploykit_lab.driver_venv import ready_driver_venv
@@ -99,3 +102,28 @@ def test_the_server_gets_the_same_hash(make_inventory: InventoryFactory) -> None
     assert alg == "sha256_cbor"
     assert _run(SERVER, alg, None)["fn"] == "vllm.utils.hashing.sha256_cbor"
     assert REPO.is_dir()
+
+
+def test_the_rendered_server_command_starts_with_vllms_sha256(tmp_path: Path) -> None:
+    """`lmcache server` itself, with the rendered argv (dram mode, loopback ports)."""
+    c = HostConfig(vllm_accelerator="cpu", vllm_version="0.32.0", lmcache_topology="server",
+                   lmcache_mode="dram", lmcache_server_l1_size_gb=1, vllm_venv=str(VENV),
+                   lmcache_server_port=free_port(), lmcache_server_http_port=free_port(),
+                   lmcache_server_metrics_port=free_port())
+    log = tmp_path / "server.log"
+    env = {**os.environ, **lmcache_server.server_env(c)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(lmcache_server.server_argv(c), env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "Application startup complete" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "lmcache server never started"
+            time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log.read_text(errors="replace")
+    assert "Loaded 'sha256_cbor' from vllm.utils.hashing" in text
+    assert "hash_algorithm=sha256_cbor" in text and "Using builtin hash" not in text
