@@ -244,8 +244,14 @@ class HostConfig(BaseModel):
     ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
     ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
-    # login of the concentrator's HAProxy stats page (/stats on the monitor port)
+    # login of the concentrator's HAProxy stats page (/stats on ceph_rgw_concentrator_stats_port)
     ceph_rgw_concentrator_monitor_user: str = "admin"
+    # the HAProxy stats page (/stats, with that login): on 127.0.0.1 (reach it through an SSH
+    # tunnel) unless ceph_rgw_concentrator_stats_public
+    ceph_rgw_concentrator_stats_port: int = Field(default=1968, ge=1, le=65535)
+    # opt-out: serve /stats on every address (over TLS with deploykit_s3_tls, else plain
+    # HTTP: the login can then be read off the network)
+    ceph_rgw_concentrator_stats_public: bool = False
     # CIDRs: cephadm spec `networks` (where gateways bind); IP ranges the created CA may vouch for
     ceph_rgw_networks: list[str] = Field(default_factory=list)
     ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64, le=10_000_000)  # needs 2x fds
@@ -294,6 +300,14 @@ class HostConfig(BaseModel):
     coredns_port: int = Field(default=53, ge=1, le=65535)
     # resolvers for all other names: IP[:port] or resolv.conf paths; empty: only the S3 name
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
+    # sources CoreDNS answers (its acl plugin; any other source gets REFUSED), loopback always.
+    # Unset: the /24 (IPv4) or /64 (IPv6) around each inventory host's address. A list
+    # replaces that: CIDRs or addresses, with the clients that are not inventory hosts (and
+    # the controller, for `verify`); ["0.0.0.0/0", "::/0"] answers everyone (the opt-out)
+    coredns_allowed_networks: list[str] | None = Field(default=None, max_length=4096)
+    # addresses or interface names CoreDNS takes DNS queries on; unset: the host's own
+    # address and 127.0.0.1; []: every address (the opt-out)
+    coredns_bind: list[str] | None = Field(default=None, max_length=256)
     # CoreDNS's `health` endpoint (HTTP /health)
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
     coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
@@ -355,6 +369,11 @@ class HostConfig(BaseModel):
     lmcache_blocking_timeout_secs: int = Field(default=100, ge=1, le=86400)
     # serialiser for s3/nixl objects (in-process); naive stores raw KV, the size `plan` assumes
     lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
+    # the chunk-key hash (LMCache's pre_caching_hash_algorithm; the server's --hash-algorithm):
+    # sha256_cbor or sha256 (vLLM's SHA-256: no client can aim a prompt at another prefix's
+    # key); builtin: Python's hash, keyed only by vllm_python_hash_seed (the opt-out). One value
+    # on every host sharing the bucket. LMCache 0.3.x knows only builtin (its default there)
+    lmcache_pre_caching_hash_algorithm: Literal["sha256_cbor", "sha256", "builtin"] = "sha256_cbor"
     lmcache_s3_num_io_threads: int = Field(default=64, ge=1, le=4096)
     lmcache_s3_prefer_http2: bool = False
     lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1, le=65536)  # 0.3.x only
@@ -511,6 +530,20 @@ class HostConfig(BaseModel):
     monitoring_alertmanager: bool = False
     # Alertmanager's port on the monitoring host (loopback), with monitoring_alertmanager: true
     monitoring_alertmanager_port: int = Field(default=9093, ge=1, le=65535)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_chunk_hash(cls, data: Any) -> Any:
+        """lmcache_pre_caching_hash_algorithm unset: the pinned LMCache series' first
+        (sha256_cbor; builtin on 0.3.x, whose keys cannot hold a digest)."""
+        if not isinstance(data, dict) or data.get("lmcache_pre_caching_hash_algorithm") is not None:
+            return data
+        version = data.get("lmcache_version", cls.model_fields["lmcache_version"].default)
+        try:
+            hashes = compat.lmcache(str(version)).pre_caching_hashes
+        except ValueError:  # unsupported version: versions_supported reports it
+            return data
+        return {**data, "lmcache_pre_caching_hash_algorithm": hashes[0]}
 
     @model_validator(mode="before")
     @classmethod
@@ -679,6 +712,33 @@ class HostConfig(BaseModel):
             except ValueError:
                 raise ValueError(f"{entry!r} is not an upstream resolver|give an IPv4/IPv6 "
                                  "address (optionally :port) or a resolv.conf path") from None
+        return value
+
+    @field_validator("coredns_allowed_networks")
+    @classmethod
+    def _coredns_networks(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        out = []
+        for entry in value:
+            try:  # an address is its own /32 or /128; host bits are dropped, as CoreDNS does
+                out.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network|give CIDRs such as "
+                                 "10.0.0.0/24 or 2001:db8::/64, or addresses") from None
+        return out
+
+    @field_validator("coredns_bind")
+    @classmethod
+    def _coredns_bind(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or []:
+            try:
+                ipaddress.ip_address(entry)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", entry):
+                    raise ValueError(f"{entry!r} is neither an address nor an interface "
+                                     "name|give IP addresses or interface names such as "
+                                     "eth0") from None
         return value
 
     @field_validator("consul_http_address")

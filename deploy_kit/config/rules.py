@@ -7,6 +7,7 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,11 +98,11 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
     """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
-            "lmcache_mode", "lmcache_topology")
+            "lmcache_mode", "lmcache_topology", "lmcache_pre_caching_hash_algorithm")
     hosts = site.group("vllm")
     yield from _agree(site, hosts, keys, "every vllm host")
-    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>, builtin hash)
-    # and the server's (<model>@<kv_rank>@<group>@<hash>, blake3) never match, and a new
+    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
+    # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
     # LMCache series may change either (deploy_kit/cache/keys.py)
     series = {h.name: ".".join(h.config.lmcache_version.split(".")[:2]) for h in hosts}
     if len(set(series.values())) > 1:
@@ -114,6 +115,24 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
                               f"{majority}.x (object keys differ between series)",
                               "use one LMCache series on every vllm host (cache keys would "
                               "not match)", hosts=(host.name,))
+
+
+def _chunk_hash_problems(site: Site, host: Host, table: compat.LMCacheCompat
+                         ) -> Iterator[Problem]:
+    """The chunk-key hash: one the pinned LMCache can key by, set only by its setting."""
+    alg = host.config.lmcache_pre_caching_hash_algorithm
+    if alg not in table.pre_caching_hashes:
+        yield Problem(_src(site, host, "lmcache_pre_caching_hash_algorithm"),
+                      "lmcache_pre_caching_hash_algorithm",
+                      f"LMCache {host.config.lmcache_version} cannot key chunks by {alg}",
+                      f"use {' or '.join(table.pre_caching_hashes)}, or pin lmcache_version "
+                      "0.4 or later")
+    if "pre_caching_hash_algorithm" in host.config.lmcache_extra_config:
+        # LMCache reads it at the top level only: in extra_config it would be ignored
+        yield Problem(_src(site, host, "lmcache_extra_config"),
+                      "lmcache_extra_config.pre_caching_hash_algorithm",
+                      "deploykit sets the chunk-key hash (LMCache ignores it in extra_config)",
+                      "remove it; set lmcache_pre_caching_hash_algorithm instead")
 
 
 def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
@@ -201,6 +220,7 @@ def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
                 yield Problem(src, f"lmcache_extra_config.{key}",
                               f"not an S3 key of LMCache {host.config.lmcache_version}",
                               f"use one of {', '.join(sorted(table.s3_extra_keys))}")
+        yield from _chunk_hash_problems(site, host, table)
         if host.config.lmcache_extra_config.get("save_chunk_meta"):
             yield Problem(src, "lmcache_extra_config.save_chunk_meta",
                           "must be false for S3", "remove it")
@@ -383,6 +403,42 @@ def s3_name_consistent(site: Site) -> Iterator[Problem]:
                       "use letters, digits and dashes")
 
 
+@rule
+def coredns_answers_the_site(site: Site) -> Iterator[Problem]:
+    """A coredns_allowed_networks list must hold every inventory host (each one's resolver
+    asks the DNS hosts), and a coredns_bind of addresses the host's own address (the one
+    resolv.conf names): else their lookups are refused or never arrive."""
+    for dns in site.group("dns"):
+        c = dns.config
+        if c.coredns_allowed_networks is not None:
+            nets = [ipaddress.ip_network(n) for n in c.coredns_allowed_networks]
+            left_out = []
+            for h in site.hosts.values():
+                with contextlib.suppress(ValueError):
+                    address = ipaddress.ip_address(h.address)
+                    if not any(address in n for n in nets if n.version == address.version):
+                        left_out.append(h.name)
+            if left_out:
+                yield Problem(_src(site, dns, "coredns_allowed_networks"),
+                              "coredns_allowed_networks",
+                              f"leaves out inventory hosts: CoreDNS on {dns.name} would refuse "
+                              "their lookups", "add their addresses or networks",
+                              hosts=tuple(sorted(left_out)))
+        bind = c.coredns_bind or []
+        addresses = []
+        for entry in bind:
+            with contextlib.suppress(ValueError):
+                addresses.append(ipaddress.ip_address(entry))
+        own = None
+        with contextlib.suppress(ValueError):
+            own = ipaddress.ip_address(dns.address)
+        if own is not None and bind and len(addresses) == len(bind) and own not in addresses:
+            yield Problem(_src(site, dns, "coredns_bind"), "coredns_bind",
+                          f"does not hold {dns.name}'s address {dns.address}, which every "
+                          "host's resolv.conf names", f"add {dns.address} (or an interface)",
+                          hosts=(dns.name,))
+
+
 # ports deploykit's Consul agents bind without a setting (Consul's defaults): serf LAN on
 # every agent, server RPC and serf WAN on servers
 CONSUL_AGENT_PORTS = ((8301, "Consul's serf LAN port (fixed)"),)
@@ -404,7 +460,8 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
         claims += [(c.ceph_rgw_frontend_port + i, "ceph_rgw_frontend_port")
                    for i in range(c.ceph_rgw_count_per_host)]
         claims += [(c.deploykit_s3_port, "deploykit_s3_port"),
-                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port")]
+                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port"),
+                   (c.ceph_rgw_concentrator_stats_port, "ceph_rgw_concentrator_stats_port")]
     if "dns" in host.groups:
         claims += [(c.coredns_port, "coredns_port"), (c.coredns_health_port, "coredns_health_port"),
                    (c.coredns_ready_port, "coredns_ready_port"),
