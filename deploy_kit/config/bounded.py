@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import resource
 import select
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +28,7 @@ ENV_MEMORY_MB = "DEPLOYKIT_INVENTORY_MEMORY_MB"  # MiB it may use beyond deployk
 DEFAULT_SECONDS = 20.0  # well below the 30 s an operator (or a CI step) waits for validate
 DEFAULT_MEMORY_MB = 2048
 MAX_RESULT_BYTES = 256 << 20
+_OUT_OF_MEMORY = re.compile(r"MemoryError|Cannot allocate memory")
 
 
 class Exceeded(Exception):
@@ -74,8 +78,14 @@ def run_bounded(work: Callable[[], Any], what: str,
             os.close(read_end)
             os.setsid()
             null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
+            for fd in (0, 1):
                 os.dup2(null, fd)
+            # Ansible's warnings: where it reports, and swallows, running out of memory
+            log = tempfile.TemporaryFile()  # noqa: SIM115 - lives until os._exit
+            os.dup2(log.fileno(), 2)
+            # the parent's Python streams may be a test's or the CLI's buffers: the fds here
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - until os._exit
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - until os._exit
             resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
             try:
                 payload = json.dumps({"ok": work()}).encode()
@@ -83,9 +93,16 @@ def run_bounded(work: Callable[[], Any], what: str,
                 payload = b'{"memory": true}'
             except RecursionError:
                 payload = b'{"error": "nested too deeply"}'
-            except Exception as exc:
-                line = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-                payload = json.dumps({"error": line}).encode()
+            except Exception as exc:  # a plugin's own error: one line
+                if _ran_out_of_memory(exc):  # Ansible wraps it in errors of its own
+                    payload = b'{"memory": true}'
+                else:
+                    line = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+                    payload = json.dumps({"error": line}).encode()
+            sys.stderr.flush()
+            log.seek(max(0, os.fstat(log.fileno()).st_size - (64 << 10)))
+            if _OUT_OF_MEMORY.search(log.read().decode(errors="replace")):
+                payload = b'{"memory": true}'
             with os.fdopen(write_end, "wb") as out:
                 out.write(payload)
         except BaseException:
@@ -133,6 +150,15 @@ def run_bounded(work: Callable[[], Any], what: str,
         raise Exceeded(f"Ansible could not read it: {result['error']}",
                        f"check it with `ansible-inventory {what} --list`")
     return result["ok"]
+
+
+def _ran_out_of_memory(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 50:
+        if isinstance(exc, MemoryError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _reap(pid: int, deadline: float) -> int:
