@@ -17,7 +17,7 @@ from typing import Any
 
 from deploy_kit.config.bounded import Exceeded, run_bounded
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
-from deploy_kit.config.vars_files import vars_file_problems
+from deploy_kit.config.vars_files import blocking_source, directory_sources, vars_file_problems
 from deploy_kit.config.vault import VaultSecrets, fix_for
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import check_structure, scalar_problem, source_problem
@@ -63,6 +63,12 @@ def load_with_ansible(sources: list[Path], vault: VaultSecrets) -> RawInventory:
     named = " ".join(f"-i {p}" for p in sources)
     unusable = [Problem(str(p), "--inventory", why, "pass a readable inventory file or "
                         "directory") for p in sources if (why := source_problem(p))]
+    # files Ansible would block on or expand without bound are never handed to it
+    unusable += [Problem(str(f), "(inventory source)", why, "fix it, or move it out of "
+                         "the inventory directory")
+                 for p in sources if not source_problem(p)
+                 for f in (directory_sources(p) if p.is_dir() else [p])
+                 if (why := blocking_source(f))]
     if unusable:
         raw.problems += unusable
         raw.hosts_file_broken = True
@@ -134,7 +140,11 @@ def _read(sources: list[Path], vault: VaultSecrets) -> dict[str, Any]:
             return done(broken=True)
         # the group_vars/host_vars files Ansible is about to read, read first as deploykit
         # reads its own (regular files, size, links, aliases, numbers): a bad one is named
-        problems += vars_file_problems(sources, [str(g.name) for g in inventory.groups.values()],
+        # (beside every file Ansible parsed: a directory's subdirectories have their own)
+        parsed = [Path(str(p)) for p in getattr(getattr(inventory, "_inventory", None),
+                                                "processed_sources", [])]
+        problems += vars_file_problems([*sources, *parsed],
+                                       [str(g.name) for g in inventory.groups.values()],
                                        [str(h.name) for h in found])
         if problems:
             return done(broken=True)

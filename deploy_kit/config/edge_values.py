@@ -35,6 +35,9 @@ def kind_of(annotation: Any) -> str:
 
 
 def _shown(value: Any) -> str:
+    """The value for a message: short text only (a long one might be a misplaced secret)."""
+    if isinstance(value, str) and len(value) > 12:
+        return f"a text of {len(value):,} characters"
     text = repr(value)
     return text if len(text) <= 40 else text[:30] + "…"
 
@@ -90,7 +93,7 @@ def edge_value_problem(value: Any, kind: str) -> str | None:
             return None
         return (f"is {_shown(value)} ({type(value).__name__}), not true or false (a "
                 "template would test the value itself: the text 'false' is true)|write "
-                "true or false, unquoted")
+                "true or false, unquoted (True or False in an INI inventory)")
     if isinstance(value, bool):  # YAML's `yes`/`true` would pass as 1 (a port, a count)
         return (f"is {str(value).lower()}, a boolean where a number belongs|give a number")
     if kind == "int" and isinstance(value, float):
@@ -100,6 +103,6 @@ def edge_value_problem(value: Any, kind: str) -> str | None:
         pattern = _CANONICAL_INT if kind == "int" else _CANONICAL_FLOAT
         if pattern.match(value):
             return None
-        return (f"is the text {_shown(value)}, not a number (pydantic would read it one "
+        return (f"is {_shown(value)}, text that is not a plain number (pydantic would read it one "
                 "way, Ansible's templates another)|write the number plainly, unquoted")
     return anywhere_problem(value)

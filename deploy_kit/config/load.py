@@ -18,6 +18,7 @@ from deploy_kit.config.bounded import Exceeded
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
 from deploy_kit.config.vars_files import (
     ansible_vars_files,
+    blocking_source,
     directory_sources,
     every_vars_file,
     link_outside,
@@ -25,7 +26,6 @@ from deploy_kit.config.vars_files import (
 from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import (
-    MAX_INVENTORY_BYTES,
     UnreadableFile,
     UnusableValues,
     VaultText,
@@ -264,19 +264,16 @@ def _beside_hosts_file(directory: Path) -> tuple[Path | None, list[Problem]]:
                                       "no inventory source in this directory)",
                                       "write an Ansible YAML inventory at hosts.yml")])
     primary = next((directory / f for f in INVENTORY_FILES if directory / f in sources), None)
-    if primary is None:
-        return None, []
     others = [s for s in sources if s != primary]
-    problems: list[Problem] = []
     fix = "move it out of the inventory directory (Ansible reads every file there as an " \
         "inventory source)"
-    for other in others:
-        why = source_problem(other)
-        if why is None and other.stat().st_size > MAX_INVENTORY_BYTES:
-            why = f"is {other.stat().st_size:,} bytes (limit {MAX_INVENTORY_BYTES:,})"
-        if why is not None:  # it would block Ansible, or fill its memory
-            problems.append(Problem(str(other), "(inventory source)", why, fix))
-    if problems:
+    # what would block Ansible or fill its memory is named and never handed to it (a
+    # file it cannot open or parse it only warns about, as ansible-playbook does)
+    problems = [Problem(str(other), "(inventory source)", why, fix)
+                for other in others if (why := blocking_source(other))]
+    if problems and primary is None:
+        raise InventoryError(problems)
+    if problems or primary is None:
         return primary, problems
     try:
         adds = ansible_adds(others)
@@ -354,6 +351,11 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
         # (all, then by depth) rank below every group_vars/ file (all, then by depth), so a
         # child group's inline value loses to a parent's group_vars file
         mine = [g for g in ordered_groups if g == "all" or g in host.groups]
+        if host.groups <= {"all"} and "ungrouped" not in group_files:
+            # a host in no group is in Ansible's implicit `ungrouped` (a child of all)
+            group_files["ungrouped"] = ansible_vars_files(group_vars_dir, "ungrouped")
+        if host.groups <= {"all"}:
+            mine.append("ungrouped")
         layers: list[tuple[dict[str, Any], str]] = [
             inline_group_vars[g] for g in mine if g in inline_group_vars]
         layers += [(read_vars(f), str(f)) for g in mine for f in group_files[g]]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from functools import cache
 from pathlib import Path
 
@@ -24,7 +25,14 @@ import yaml
 
 from deploy_kit.config.raw import VAULT_HEADER
 from deploy_kit.core.errors import Problem
-from deploy_kit.safe_read import UnreadableFile, UnusableValues, load_yaml, read_text
+from deploy_kit.safe_read import (
+    MAX_INVENTORY_BYTES,
+    UnreadableFile,
+    UnusableValues,
+    load_yaml,
+    read_text,
+    source_problem,
+)
 
 # ansible.constants.YAML_FILENAME_EXTENSIONS, with '' first as find_vars_files puts it
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
@@ -113,6 +121,32 @@ def link_outside(path: Path, root: Path) -> Path | None:
     of the inventory's repository (or the inventory, outside any repository), else None."""
     real = path.resolve()
     return None if _trusted_top(root) in real.parents else real
+
+
+def blocking_source(path: Path) -> str | None:
+    """Why Ansible must not be handed this inventory source file: it would block on it
+    (a FIFO, a device), read it whole (over 4 MiB), or expand it without bound (YAML
+    aliases, nesting). None for anything else, unparseable files included: Ansible
+    only warns about those."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None  # a dangling link: Ansible skips it with a warning
+    if not stat.S_ISREG(info.st_mode):
+        return source_problem(path)
+    if info.st_size > MAX_INVENTORY_BYTES:
+        return f"is {info.st_size:,} bytes (limit {MAX_INVENTORY_BYTES:,})"
+    if path.suffix not in (".yml", ".yaml", ".json"):
+        return None
+    try:
+        load_yaml(read_text(path))
+    except UnusableValues as exc:
+        return f"cannot be read: {exc}"
+    except UnreadableFile as exc:
+        return f"cannot be read: it {exc}"
+    except yaml.YAMLError:
+        return None
+    return None
 
 
 def vars_file_problems(sources: list[Path], groups: list[str], hosts: list[str]

@@ -86,6 +86,13 @@ def fifo(name: str) -> Any:
     return mutate
 
 
+def bomb_in_hosts(doc: dict[str, Any]) -> str:
+    """hosts.yml with an alias bomb as `all: vars:` (anchors need YAML text, not a dict)."""
+    body = yaml.safe_dump(doc).splitlines()[1:]  # below `all:`
+    return "all:\n  vars:\n" + "".join(f"    {line}\n" for line in bomb().splitlines()) + \
+        "".join(f"{line}\n" for line in body)
+
+
 def chain(*mutations: Any) -> Any:
     def mutate(files: Files, root: Path) -> None:
         for m in mutations:
@@ -118,6 +125,12 @@ CASES = [
          "host_vars/gpu1", "vllm_port", ("gpu1",)),
     Case("host-vars-directory-json", raw("host_vars/gpu1/port.json", '{"vllm_port": 80}'),
          "host_vars/gpu1/port.json", "vllm_port", ("gpu1",)),
+    # a host in no group is in Ansible's implicit `ungrouped`
+    Case("ungrouped-group-vars", chain(
+        lambda files, root: files["hosts.yml"]["all"].__setitem__(
+            "hosts", {"lone": {"ansible_host": "10.0.9.9"}}),
+        raw("group_vars/ungrouped.yml", "deploykit_s3_bucket: X\n")),
+         "group_vars/ungrouped.yml", "deploykit_s3_bucket", ("lone",)),
     # --- class 1: every inventory source in a directory --------------------------------
     Case("second-ini-source", raw("extra.ini", EXTRA_HOST), "extra.ini", "vllm_port",
          ("gpu9",)),
@@ -131,6 +144,15 @@ CASES = [
          "dynamic.sh", "vllm_port", ("gpu9",)),
     Case("fifo-source-beside-hosts", fifo("extra-hosts"), "extra-hosts",
          "(inventory source)", bounded=True),
+    Case("alias-bomb-in-hosts-beside-second-source", chain(
+        lambda files, root: files.__setitem__("hosts.yml", bomb_in_hosts(files["hosts.yml"])),
+        raw("extra.ini", "[vllm]\ngpu9 ansible_host=10.0.1.9 vllm_accelerator=cuda\n")),
+         "hosts.yml", "(inventory source)", bounded=True),
+    Case("nested-source-group-vars-bomb", chain(
+        raw("prod/hosts.yml", {"all": {"children": {"vllm": {"hosts": {"gpu9": {
+            "ansible_host": "10.0.1.9", "vllm_accelerator": "cuda"}}}}}}),
+        raw("prod/group_vars/all.yml", bomb())),
+         "prod/group_vars/all.yml", "(file)", bounded=True),
     # --- class 11: Ansible's inventory API, bounded -------------------------------------
     Case("ini-group-vars-alias-bomb", chain(as_ini, raw("group_vars/all.yml", bomb())),
          "group_vars/all.yml", "(file)", bounded=True),
