@@ -88,6 +88,8 @@ def edge_value_problem(value: Any, kind: str) -> str | None:
     validates it as usual)."""
     if kind == "other":
         return anywhere_problem(value)
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return anywhere_problem(value)  # a template: the templating rules' to judge
     if kind == "bool":
         if isinstance(value, bool) or value is None:
             return None
