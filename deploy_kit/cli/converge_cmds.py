@@ -257,6 +257,13 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                  listing=listing_flags(list_hosts, list_tasks), lock_wait=wait_lock)
 
 
+def _refuse_run_vars(options: AnsibleOptions) -> None:
+    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
+
+    check_extra_vars(tuple(p for p in options.extra_vars if p.is_file()))
+    check_inline_vars(options.inline_vars)
+
+
 def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
          vault_password_file: VaultPasswordFileOpt = None, limit: LimitOpt = None,
          check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
@@ -275,6 +282,10 @@ def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
     import sys
 
     listing = listing_flags(list_hosts, list_tasks)
+    options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
+                                print_command=print_command, verbose=verbose, become=become,
+                                forks=forks)
+    _refuse_run_vars(options)  # before the prompt: `-e deploykit_destroy_data=…` is refused
     if not (yes or destroy_data or check or print_command or listing):  # the data flag too
         if not sys.stdin.isatty():
             raise typer.BadParameter("down stops services on every host it names; pass --yes "
@@ -283,9 +294,6 @@ def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
         typer.confirm(f"stop and remove deploykit's services on {scope}"
                       + (" AND DELETE THE BUCKET, S3 USER AND POOLS" if destroy_data else "")
                       + "?", abort=True)
-    options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
-                                print_command=print_command, verbose=verbose, become=become,
-                                forks=forks)
     run_playbook("down", "down.yml", inventory,
                  VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options,
                  {"deploykit_destroy_data": destroy_data},

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from deploy_kit.config.edge_values import edge_value_problem, kind_of
 from deploy_kit.core import compat
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
@@ -42,9 +43,13 @@ _POOL_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
 # element of any setting, secrets included, carries a C0 control character, DEL, or what
 # parsers also read as a line break (NEL, U+2028, U+2029): one rule for every format.
 _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+# Invisible format characters (a BOM, zero-width spaces and joiners, bidi marks and
+# overrides, the soft hyphen): a value holding one differs from what every editor and
+# log shows (`s3.example.com\u200b`, a right-to-left override turning a path around).
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 # POSIX portable user names (useradd's default pattern, no '$'): a unit's User=, chown
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_NUMBER_TYPES = (int, float, int | None, float | None)
+_KINDS: dict[str, str] = {}  # setting -> int, float, bool or other (edge_values.kind_of)
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # environment variable names as env files and `systemd` read them
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -100,7 +105,10 @@ def control_character_problem(value: Any, where: str = "") -> str | None:
     if isinstance(value, str):
         found = _CONTROL.search(value)
         if found is None:
-            return None
+            invisible = _INVISIBLE.search(value)
+            return None if invisible is None else (
+                f"{where or 'the value'} holds the invisible character "
+                f"U+{ord(invisible.group()):04X} at position {invisible.start()}")
         name = {"\n": "a line break", "\r": "a carriage return", "\x00": "a NUL byte",
                 "\t": "a tab"}.get(found.group(), f"control character U+{ord(found.group()):04X}")
         return f"{where or 'the value'} holds {name} at position {found.start()}"
@@ -570,12 +578,17 @@ class HostConfig(BaseModel):
     # --- value checks: what is pasted into config text is typed, so it cannot break the file ---
     @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # YAML's `yes`/`true` would pass as 1 (a port, a count): a typo, never meant
-        if isinstance(value, bool) and info.field_name is not None and \
-                cls.model_fields[info.field_name].annotation in _NUMBER_TYPES:
-            raise ValueError(f"is {str(value).lower()}, a boolean where a number belongs|"
-                             "give a number")
+    def _no_lax_coercion(cls, value: Any, info: ValidationInfo) -> Any:
+        # what pydantic's lax mode would coerce silently (`yes` as a port, "off" as true,
+        # !!binary as text) or what no setting can hold (config/edge_values.py)
+        if info.field_name is not None:
+            kind = _KINDS.get(info.field_name)
+            if kind is None:
+                kind = _KINDS[info.field_name] = kind_of(
+                    cls.model_fields[info.field_name].annotation)
+            problem = edge_value_problem(value, kind)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("*")

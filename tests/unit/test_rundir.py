@@ -99,11 +99,14 @@ def test_extra_vars_naming_a_setting_are_refused(tmp_path: Path, content: str, b
     assert str(path) in str(caught.value)
 
 
-def test_ansible_knobs_and_run_vars_pass(tmp_path: Path) -> None:
+def test_ansible_knobs_pass_and_run_vars_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "vars.yml"
-    path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n"
-                    "deploykit_render_dir: /tmp/x\n")
+    path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n")
     check_extra_vars((path,))
+    # deploykit's own run variables: an -e after deploykit's would win (issue 34, M1)
+    path.write_text("ansible_user: root\ndeploykit_render_dir: /tmp/x\n")
+    with pytest.raises(InventoryError, match="deploykit_render_dir"):
+        check_extra_vars((path,))
 
 
 def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> None:
