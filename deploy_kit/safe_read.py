@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,22 @@ MAX_NODES = 200_000  # containers + scalars after alias expansion
 
 class UnreadableFile(ValueError):
     """A file that cannot be used; the message says why, without the file name."""
+
+
+class UnusableValues(UnreadableFile):
+    """Scalars no YAML reader can build (a 5,000-digit integer, a 13th month, `!!int x`):
+    Ansible would fail on the file too. `values`: (dotted key, why) for each."""
+
+    def __init__(self, values: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{k}: {why}" for k, why in values))
+        self.values = values
+
+
+class Unusable:
+    """Stands in for a scalar its constructor refused, until load_yaml names its key."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
 
 
 def read_bytes(path: Path, limit: int) -> bytes:
@@ -58,6 +75,25 @@ def read_bytes(path: Path, limit: int) -> bytes:
         os.close(fd)
 
 
+def source_problem(path: Path) -> str | None:
+    """Why Ansible could not use `path` as an inventory source (-i), or None: it must be a
+    readable regular file or a directory it may list (a FIFO would block the reader)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or type(exc).__name__}"
+    if stat.S_ISDIR(info.st_mode):
+        ok = os.access(path, os.R_OK | os.X_OK)
+    elif stat.S_ISREG(info.st_mode):
+        ok = os.access(path, os.R_OK)
+    else:
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else
+                "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else
+                "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
+        return f"is {kind}, not an inventory file or directory"
+    return None if ok else "cannot read: permission denied"
+
+
 def read_text(path: Path, limit: int = MAX_INVENTORY_BYTES) -> str:
     data = read_bytes(path, limit)
     try:
@@ -75,6 +111,26 @@ class StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.duplicates: list[tuple[str, int]] = []  # (key, line)
         self._depth = 0
+        self.unusable = False  # an Unusable stands in for some scalar
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            return super().construct_object(node, deep)
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError, TypeError) as exc:
+            # int() past Python's 4,300-digit limit, date(2026, 13, 1), `!!float abc`:
+            # an exception from Python, not a YAMLError; reported with its key instead
+            self.recursive_objects.pop(node, None)
+            self.unusable = True
+            detail = str(exc).split(";")[0].split(":")[0]
+            value = str(node.value)
+            shown = f"{value[:20]}… ({len(value):,} characters)" if len(value) > 40 else value
+            kind = node.tag.rsplit(":", 1)[-1]
+            made = Unusable(f"holds {shown!r}, which YAML cannot read as {kind} "
+                            f"({detail}, line {node.start_mark.line + 1})")
+            self.constructed_objects[node] = made
+            return made
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
@@ -177,6 +233,42 @@ def check_structure(data: Any) -> str | None:
     return None
 
 
+def _unusable(node: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, why) of every Unusable in a loaded document."""
+    if isinstance(node, Unusable):
+        yield where or "(document)", node.why
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            name = key.why if isinstance(key, Unusable) else str(key)
+            yield from _unusable(value, f"{where}.{name}" if where else name)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _unusable(value, f"{where}[{i}]")
+
+
+MAX_INT_DIGITS = 4300  # Python's own limit for int <-> str (sys.get_int_max_str_digits)
+MAX_INT_BITS = 14_000  # about 4,200 decimal digits
+
+
+def scalar_problem(data: Any) -> str | None:
+    """Why a value read by another reader (Ansible's, for INI inventories and scripts)
+    cannot be used: an integer past Python's conversion limit, which every later str() or
+    JSON step would fail on. Containers are walked (check_structure bounds them first)."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, bool):
+            continue
+        if isinstance(node, int) and node.bit_length() > MAX_INT_BITS:
+            return f"holds an integer of about {int(node.bit_length() * 0.30103):,} digits"
+        if isinstance(node, dict):
+            stack += node.keys()
+            stack += node.values()
+        elif isinstance(node, list | tuple):
+            stack += node
+    return None
+
+
 def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
     """(document, duplicate keys); raises yaml.YAMLError or UnreadableFile."""
     loader = StrictLoader(text)
@@ -188,6 +280,8 @@ def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
         why = check_structure(data)
         if why:
             raise UnreadableFile(why)
+        if loader.unusable:
+            raise UnusableValues(list(_unusable(data, "")))
         return data, loader.duplicates
     finally:
         loader.dispose()

@@ -70,9 +70,21 @@ def make_inventory(tmp_path: Path) -> InventoryFactory:
             target = root / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(textwrap.dedent(text))
+        fold_shadowed_vars_files(root)
         return root
 
     return make
+
+
+def fold_shadowed_vars_files(root: Path) -> None:
+    """Ansible reads group_vars/<g>/ and then never group_vars/<g>.yml (find_vars_files
+    stops at the first match): a fixture that writes both gets <g>.yml moved into the
+    directory as 00-main.yml, the layout an operator would use."""
+    for sub in ("group_vars", "host_vars"):
+        for path in sorted((root / sub).glob("*.y*ml")) if (root / sub).is_dir() else []:
+            folder = path.with_suffix("")
+            if folder.is_dir() and not (folder / "00-main.yml").exists():
+                path.rename(folder / "00-main.yml")
 
 
 VAULT_PASSWORD = "deploykit-test-vault"

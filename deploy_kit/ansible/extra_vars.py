@@ -17,8 +17,16 @@ from deploy_kit.config.models import OWNED_PREFIXES
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.safe_read import load_yaml, read_text
 
-# Set by deploykit itself, never by an inventory.
-RUN_VARS = frozenset({"deploykit_render_dir", "deploykit_destroy_data"})
+# Set by deploykit itself for each run, never by an inventory, and never by -e either: an
+# operator's -e comes after deploykit's own and would win (`down --yes -e
+# deploykit_destroy_data=true` deleted the data without --yes-i-really-mean-it; `up -e
+# deploykit_render_dir=…` swapped the validated files for any directory).
+RUN_VARS = {
+    "deploykit_destroy_data": "to delete the bucket, S3 user and pools, run `deploykit down "
+                              "--yes-i-really-mean-it`",
+    "deploykit_render_dir": "deploykit renders and validates the files it installs itself; "
+                            "to look at them, run `deploykit render -o DIR`",
+}
 # vllm_serial is a setting but also the one the CLI passes as a run var; still refused in -e:
 # set it in the inventory, where `plan` sees it too.
 MAX_VARS_FILE = 4 << 20
@@ -27,15 +35,31 @@ MAX_VARS_FILE = 4 << 20
 def owned_keys(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return []
-    return sorted(str(k) for k in data
-                  if str(k).startswith(OWNED_PREFIXES) and str(k) not in RUN_VARS)
+    return sorted(str(k) for k in data if str(k).startswith(OWNED_PREFIXES))
+
+
+def key_problems(where: str, data: Any) -> list[Problem]:
+    """One problem per deploykit key an -e mapping sets: a run variable, or a setting."""
+    problems: list[Problem] = []
+    for key in owned_keys(data):
+        if key in RUN_VARS:
+            problems.append(Problem(where, key, "is set by deploykit for each run; -e cannot "
+                                    "change it", RUN_VARS[key]))
+        else:
+            problems.append(Problem(
+                where, key, "is a deploykit setting; -e cannot reach the rendered files",
+                "set it in the inventory (group_vars/ or host_vars/) and rerun"))
+    return problems
 
 
 def inline_vars(text: str) -> dict[str, Any]:
     """One inline -e value as Ansible reads it: a YAML/JSON mapping when it starts with `{`,
     else `key=value` pairs (ansible.parsing.splitter.parse_kv, quoting included)."""
+    if len(text) > MAX_VARS_FILE:
+        raise ValueError(f"is {len(text):,} characters long (limit {MAX_VARS_FILE:,})")
     if text.lstrip().startswith("{"):
-        data = yaml.safe_load(text)
+        # bounded like a vars file: no nesting (RecursionError) or alias bomb reaches Ansible
+        data, _ = load_yaml(text)
         if not isinstance(data, dict):
             raise ValueError("is not a mapping")
         return data
@@ -59,10 +83,7 @@ def check_inline_vars(values: tuple[str, ...]) -> None:
             problems.append(Problem("--extra-vars", text[:60], str(exc).splitlines()[0],
                                     "give key=value pairs, a {…} mapping, or @file"))
             continue
-        for key in owned_keys(data):
-            problems.append(Problem(
-                "--extra-vars", key, "is a deploykit setting; -e cannot reach the rendered files",
-                "set it in the inventory (group_vars/ or host_vars/) and rerun"))
+        problems += key_problems("--extra-vars", data)
     if problems:
         raise InventoryError(problems)
 
@@ -81,9 +102,6 @@ def check_extra_vars(paths: tuple[Path, ...]) -> None:
         if data is not None and not isinstance(data, dict):
             problems.append(Problem(str(path), "--extra-vars", "is not a mapping",
                                     "write `key: value` lines"))
-        for key in owned_keys(data):
-            problems.append(Problem(
-                str(path), key, "is a deploykit setting; -e cannot reach the rendered files",
-                "set it in the inventory (group_vars/ or host_vars/) and rerun"))
+        problems += key_problems(str(path), data)
     if problems:
         raise InventoryError(problems)

@@ -42,6 +42,7 @@ from deploy_kit.console import console, stdout
 if TYPE_CHECKING:
     from deploy_kit.ansible.command import RunRequest
     from deploy_kit.config.vault import VaultSecrets
+    from deploy_kit.ops.site_lock import SiteLock
     from deploy_kit.render.tls import Sources
 
 
@@ -56,18 +57,19 @@ def playbook_vars(site: Site) -> dict[str, object]:
 def run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
                  options: AnsibleOptions, run_vars: dict[str, object] | None = None,
                  connection: ConnectionOptions | None = None,
-                 listing: tuple[str, ...] = ()) -> None:
+                 listing: tuple[str, ...] = (), lock_wait: float = 0.0) -> None:
     connection = connection or ConnectionOptions()
     if listing:  # Ansible lists without logging in: nothing to ask
         connection = replace(connection, ask_become_pass=False)
     with reaching(connection, ask=not options.print_command) as reach:
         _run_playbook(verb, playbook, inventory, vault, options, run_vars or {}, reach,
-                      listing)
+                      listing, lock_wait)
 
 
 def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
                   options: AnsibleOptions, run_vars: dict[str, object],
-                  connection: ConnectionOptions, listing: tuple[str, ...]) -> None:
+                  connection: ConnectionOptions, listing: tuple[str, ...],
+                  lock_wait: float = 0.0) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
     from deploy_kit.ansible.tags import unknown_tags
@@ -117,24 +119,35 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
         with secrets.materialized() as handover:  # Ansible reads the vaulted inventory
             list_only(replace(request, vault_args=tuple(handover.argv)), handover.env)
         return
-    if verb != "up":
-        _run_rendered(verb, site, request, options, secrets, None)
-    elif not options.check:
-        _run_rendered(verb, site, request, options, secrets, issue_tls(site))
-    else:  # the would-be CA and certificates live here for the run, then go
+    if options.check:  # changes nothing anywhere: no lock, runs beside a converge
+        if verb != "up":
+            _run_rendered(verb, site, request, options, secrets, None)
+            return
         with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
+            # the would-be CA and certificates live here for the run, then go
             _run_rendered(verb, site, request, options, secrets,
                           issue_tls(site, Path(scratch) / "tls"))
+        return
+    from deploy_kit.ops.site_lock import site_lock
+
+    # one converge of a site at a time (exit 7 naming the holder), before the CA or
+    # anything else is written
+    with site_lock(site.root, verb, lock_wait) as lock:
+        _run_rendered(verb, site, request, options, secrets,
+                      issue_tls(site) if verb == "up" else None, lock)
 
 
 def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
-                  secrets: VaultSecrets, tls_sources: Sources | None) -> None:
+                  secrets: VaultSecrets, tls_sources: Sources | None,
+                  lock: SiteLock | None = None) -> None:
     from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ops.rundir import write_run_tree
 
     # Render once, here: every role copies from this tree instead of re-reading the inventory.
     record_dir = new_record_dir(verb)
+    if lock is not None:  # a refused second run names this run's record
+        lock.note(run=str(record_dir))
     rendered = record_dir / "rendered"
     write_run_tree(site, rendered, tls_sources)
     tree = record_dir / "run-vars.json"
@@ -149,6 +162,12 @@ def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOp
     show_record(record, console())
     console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
     raise_for(record, rc, record_dir)
+
+
+WaitLockOpt = Annotated[float, typer.Option(
+    "--wait-lock", min=0, metavar="SECONDS",
+    help="if another run holds this site's lock, wait up to SECONDS for it instead of "
+         "stopping at once (exit 7, naming the holder)")]
 
 
 def listing_flags(list_hosts: bool, list_tasks: bool) -> tuple[str, ...]:
@@ -220,7 +239,8 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
        full: Annotated[bool, typer.Option(
            "--full", help="converge every host, also those whose last converge still holds "
                           "(by default a re-run leaves them out: same inputs, no watched "
-                          "file changed, every unit that ran still active)")] = False) -> None:
+                          "file changed, every unit that ran still active)")] = False,
+       wait_lock: WaitLockOpt = 0.0) -> None:
     """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM.
     A re-run leaves out each host whose last converge still holds (--full: none)."""
     options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
@@ -234,7 +254,14 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                  connection=ConnectionOptions(ask_become_pass=ask_become_pass,
                                               become_user=become_user, user=user,
                                               private_key=private_key),
-                 listing=listing_flags(list_hosts, list_tasks))
+                 listing=listing_flags(list_hosts, list_tasks), lock_wait=wait_lock)
+
+
+def _refuse_run_vars(options: AnsibleOptions) -> None:
+    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
+
+    check_extra_vars(tuple(p for p in options.extra_vars if p.is_file()))
+    check_inline_vars(options.inline_vars)
 
 
 def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
@@ -248,13 +275,17 @@ def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
          yes: Annotated[bool, typer.Option(
              "--yes", "-y", help="do not ask before stopping services")] = False,
          destroy_data: Annotated[bool, typer.Option(
-             "--yes-i-really-mean-it", help="also delete the bucket, S3 user and pools")] = False
-         ) -> None:
+             "--yes-i-really-mean-it", help="also delete the bucket, S3 user and pools")] = False,
+         wait_lock: WaitLockOpt = 0.0) -> None:
     """Remove what `up` created; data (pools, bucket) only with --yes-i-really-mean-it.
     Asks first (stopping the gateways and vLLM drops service) unless --yes or --check."""
     import sys
 
     listing = listing_flags(list_hosts, list_tasks)
+    options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
+                                print_command=print_command, verbose=verbose, become=become,
+                                forks=forks)
+    _refuse_run_vars(options)  # before the prompt: `-e deploykit_destroy_data=…` is refused
     if not (yes or destroy_data or check or print_command or listing):  # the data flag too
         if not sys.stdin.isatty():
             raise typer.BadParameter("down stops services on every host it names; pass --yes "
@@ -263,11 +294,8 @@ def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
         typer.confirm(f"stop and remove deploykit's services on {scope}"
                       + (" AND DELETE THE BUCKET, S3 USER AND POOLS" if destroy_data else "")
                       + "?", abort=True)
-    options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
-                                print_command=print_command, verbose=verbose, become=become,
-                                forks=forks)
     run_playbook("down", "down.yml", inventory,
                  VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options,
                  {"deploykit_destroy_data": destroy_data},
                  ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
-                                   user=user, private_key=private_key), listing)
+                                   user=user, private_key=private_key), listing, wait_lock)

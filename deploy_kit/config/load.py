@@ -13,11 +13,26 @@ from typing import Any
 
 import yaml
 
-from deploy_kit.config.ansible_inventory import load_with_ansible
+from deploy_kit.config.ansible_inventory import ansible_adds, load_with_ansible
+from deploy_kit.config.bounded import Exceeded
 from deploy_kit.config.raw import VAULT_HEADER, RawHost, RawInventory, name_problem
+from deploy_kit.config.vars_files import (
+    ansible_vars_files,
+    blocking_source,
+    directory_sources,
+    every_vars_file,
+    link_outside,
+)
 from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import InventoryError, Problem
-from deploy_kit.safe_read import UnreadableFile, VaultText, load_yaml, read_text
+from deploy_kit.safe_read import (
+    UnreadableFile,
+    UnusableValues,
+    VaultText,
+    load_yaml,
+    read_text,
+    source_problem,
+)
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
 
@@ -37,27 +52,10 @@ def resolve_inventory_path(name_or_path: str, project_dir: Path,
                                   f"create inventory/{name_or_path}/hosts.yml or pass a path")])
 
 
-def _trusted_top(root: Path) -> Path:
-    """How far links in an inventory may point: the repository holding it (shared
-    group_vars linked from inventories/<env>/ are common), else the inventory itself."""
-    top = root.resolve()
-    for candidate in (top, *top.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return top
-
-
-def _outside(path: Path, root: Path) -> Path | None:
-    """Where `path` really is when a link (the file or a directory on the way) takes it out
-    of the inventory's repository (or the inventory, outside any repository), else None."""
-    real = path.resolve()
-    return None if _trusted_top(root) in real.parents else real
-
-
 def _read_yaml(path: Path, vault: VaultSecrets, problems: list[Problem],
                locked: list[str], encrypted: set[str] | None = None,
                vaulted: set[tuple[str, str]] | None = None, root: Path | None = None) -> Any:
-    if root is not None and (target := _outside(path, root)) is not None:
+    if root is not None and (target := link_outside(path, root)) is not None:
         # read nothing a link points at outside the inventory (/etc/shadow, a key): its
         # text could end up in a message, a rendered file or a run record
         problems.append(Problem(str(path), "(file)", f"is a link to {target}, outside the "
@@ -79,6 +77,11 @@ def _read_yaml(path: Path, vault: VaultSecrets, problems: list[Problem],
         text = _decrypt(text, vault, path, problems)
     try:
         data, duplicates = load_yaml(text)
+    except UnusableValues as exc:
+        for key, why in exc.values:
+            problems.append(Problem(str(path), key, why, "write the value as a plain number "
+                                    "or quote it as text"))
+        return {}
     except UnreadableFile as exc:
         problems.append(Problem(str(path), "(file)", f"cannot use: it {exc}",
                                 "flatten the structure / remove the recursive alias"))
@@ -128,21 +131,6 @@ def _decrypt(text: str, vault: VaultSecrets, path: Path, problems: list[Problem]
     except InventoryError as exc:
         problems += exc.problems
         return ""
-
-
-def _vars_files(base: Path, name: str) -> list[Path]:
-    """group_vars/<name>.yml or group_vars/<name>/*.yml (sorted), as Ansible reads them."""
-    files: list[Path] = []
-    # anything that is not a directory is read (and a FIFO or device reported, not skipped)
-    for suffix in ("", ".yml", ".yaml"):
-        p = base / f"{name}{suffix}"
-        if p.exists() and not p.is_dir():
-            files.append(p)
-    d = base / name
-    if d.is_dir():
-        files += sorted(f for f in d.iterdir() if f.suffix in (".yml", ".yaml")
-                        and not f.is_dir())
-    return files
 
 
 def _walk_groups(name: str, node: Any, depth: int, parents: list[str],
@@ -245,8 +233,15 @@ def yaml_hosts_file(path: Path) -> Path | None:
     a directory's hosts.yml, or a `*.yml` file whose top level is `all:` (kubespray's
     `-i inventory/prod/hosts.yml`). None: another kind Ansible reads (INI, script, plugin)."""
     if path.is_dir():
-        return next((path / f for f in INVENTORY_FILES if (path / f).is_file()), None)
-    if path.suffix not in (".yml", ".yaml") or not path.is_file():
+        # Ansible parses every source in a directory and merges them: only a directory
+        # whose one source is hosts.yml is read here, any other through Ansible
+        sources = directory_sources(path)
+        if len(sources) != 1 or sources[0].name not in INVENTORY_FILES:
+            return None
+        path = sources[0]
+        if not path.is_file():
+            return path  # a FIFO, a device: deploykit's loader names it
+    elif path.suffix not in (".yml", ".yaml") or not path.is_file():
         return None
     try:
         head = read_text(path)
@@ -258,6 +253,35 @@ def yaml_hosts_file(path: Path) -> Path | None:
     return None if "plugin" in first_keys else path
 
 
+def _beside_hosts_file(directory: Path) -> tuple[Path | None, list[Problem]]:
+    """A directory with more than one inventory source (Ansible merges every file in it):
+    (its hosts.yml, when the other sources add nothing Ansible would apply, else None:
+    the whole directory is read through Ansible, as ansible-playbook reads it; problems of
+    sources Ansible cannot read safely, which are never handed to it)."""
+    sources = directory_sources(directory)
+    if not sources:
+        raise InventoryError([Problem(str(directory), "hosts.yml", "missing (Ansible finds "
+                                      "no inventory source in this directory)",
+                                      "write an Ansible YAML inventory at hosts.yml")])
+    primary = next((directory / f for f in INVENTORY_FILES if directory / f in sources), None)
+    others = [s for s in sources if s != primary]
+    fix = "move it out of the inventory directory (Ansible reads every file there as an " \
+        "inventory source)"
+    # what would block Ansible or fill its memory is named and never handed to it (a
+    # file it cannot open or parse it only warns about, as ansible-playbook does)
+    problems = [Problem(str(other), "(inventory source)", why, fix)
+                for other in others if (why := blocking_source(other))]
+    if problems and primary is None:
+        raise InventoryError(problems)
+    if problems or primary is None:
+        return primary, problems
+    try:
+        adds = ansible_adds(others)
+    except Exceeded as exc:
+        return primary, [Problem(str(directory), "(inventory)", exc.why, exc.fix)]
+    return (None, []) if adds else (primary, [])
+
+
 def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
                    collect: bool = False) -> RawInventory:
     """Read the inventory; with collect=True problems are returned in RawInventory.problems
@@ -265,12 +289,13 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
     A static YAML inventory is read here; any other source Ansible accepts (INI, an
     inventory script, a plugin config, a directory of those) through Ansible's own API."""
     vault = vault or VaultSecrets()
+    if why := source_problem(path):
+        raise InventoryError([Problem(str(path), "--inventory", why,
+                                      "pass a readable inventory file or directory")])
     hosts_file = yaml_hosts_file(path)
-    if hosts_file is None and path.is_dir() and not [
-            p for p in path.iterdir() if p.name not in ("group_vars", "host_vars")
-            and not p.name.startswith(".")]:
-        raise InventoryError([Problem(str(path), "hosts.yml", "missing",
-                                      "write an Ansible YAML inventory at hosts.yml")])
+    problems: list[Problem] = []
+    if hosts_file is None and path.is_dir():
+        hosts_file, problems = _beside_hosts_file(path)
     if hosts_file is None:
         raw = load_with_ansible([path], vault)
         if raw.problems and not collect:
@@ -278,13 +303,13 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
         return raw
     inventory_source = path
     path = hosts_file.parent  # group_vars/ and host_vars/ beside the hosts file, as Ansible
-    problems: list[Problem] = []
     locked: list[str] = []
     encrypted: set[str] = set()
     vaulted: set[tuple[str, str]] = set()
+    before = len(problems)
     doc = _read_yaml(hosts_file, vault, problems, locked, encrypted, vaulted,
                      root=path)
-    hosts_file_broken = bool(problems)
+    hosts_file_broken = len(problems) > before
     hosts: dict[str, RawHost] = {}
     inline_group_vars: dict[str, tuple[dict[str, Any], str]] = {}
     depths: dict[str, int] = {}
@@ -300,7 +325,10 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
                      str(hosts_file), problems, broken_groups)
     plain_vault_files: set[str] = set()
     ordered_groups = sorted(depths, key=lambda g: (depths[g], g))
-    group_files = {g: _vars_files(path / "group_vars", g) for g in ordered_groups}
+    # Ansible's own discovery (vars_files.py): the files it reads, none it skips
+    group_vars_dir, host_vars_dir = (Path(os.path.realpath(path / d))
+                                     for d in ("group_vars", "host_vars"))
+    group_files = {g: ansible_vars_files(group_vars_dir, g) for g in ordered_groups}
     file_cache: dict[Path, dict[str, Any]] = {}
 
     def read_vars(f: Path) -> dict[str, Any]:
@@ -323,6 +351,11 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
         # (all, then by depth) rank below every group_vars/ file (all, then by depth), so a
         # child group's inline value loses to a parent's group_vars file
         mine = [g for g in ordered_groups if g == "all" or g in host.groups]
+        if host.groups <= {"all"} and "ungrouped" not in group_files:
+            # a host in no group is in Ansible's implicit `ungrouped` (a child of all)
+            group_files["ungrouped"] = ansible_vars_files(group_vars_dir, "ungrouped")
+        if host.groups <= {"all"}:
+            mine.append("ungrouped")
         layers: list[tuple[dict[str, Any], str]] = [
             inline_group_vars[g] for g in mine if g in inline_group_vars]
         layers += [(read_vars(f), str(f)) for g in mine for f in group_files[g]]
@@ -333,16 +366,14 @@ def load_inventory(path: Path, vault: VaultSecrets | None = None, *,
         for key, value in inline.items():
             host.vars[key] = value
             host.sources[key] = str(hosts_file)
-        for f in _vars_files(path / "host_vars", host.name):
+        for f in ansible_vars_files(host_vars_dir, host.name):
             for key, value in read_vars(f).items():
                 host.vars[key] = value
                 host.sources[key] = str(f)
         host.groups.discard("all")
     if hosts_file_broken:  # still report syntax errors in every other file
-        for base in (path / "group_vars", path / "host_vars"):
-            for f in sorted(base.glob("*")) + sorted(base.glob("*/*")) if base.is_dir() else []:
-                if f.suffix in (".yml", ".yaml") and f.is_file():
-                    read_vars(f)
+        for f in every_vars_file(path):
+            read_vars(f)
     if problems and not collect:
         raise InventoryError(problems)
     return RawInventory(root=path, hosts_file=hosts_file, hosts=hosts, group_depth=depths,

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from deploy_kit.config.edge_values import edge_value_problem, kind_of
 from deploy_kit.core import compat
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
@@ -42,9 +43,13 @@ _POOL_NAME = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
 # element of any setting, secrets included, carries a C0 control character, DEL, or what
 # parsers also read as a line break (NEL, U+2028, U+2029): one rule for every format.
 _CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+# Invisible format characters (a BOM, zero-width spaces and joiners, bidi marks and
+# overrides, the soft hyphen): a value holding one differs from what every editor and
+# log shows (`s3.example.com\u200b`, a right-to-left override turning a path around).
+_INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 # POSIX portable user names (useradd's default pattern, no '$'): a unit's User=, chown
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_NUMBER_TYPES = (int, float, int | None, float | None)
+_KINDS: dict[str, str] = {}  # setting -> int, float, bool or other (edge_values.kind_of)
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # environment variable names as env files and `systemd` read them
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -60,6 +65,36 @@ UNPRIVILEGED_PORTS = {
     "monitoring_node_exporter_port": "the node exporter",
 }
 _DURATION = r"^[1-9]\d{0,5}(s|m|h)$"  # a Prometheus duration deploykit writes into rules
+# Pinned versions: a release, never `latest`, a range, a URL or shell text. Consul, CoreDNS
+# and Ceph release as X.Y.Z; vLLM and LMCache as PEP 440 public versions (no local `+tag`:
+# PyPI has none). compat.yaml then says which releases deploykit supports.
+RELEASE_VERSIONS = ("consul_version", "coredns_version", "deploykit_ceph_version")
+PYTHON_VERSIONS = ("vllm_version", "lmcache_version")
+# free strings and the character set each may use (they are pasted into argv, unit and
+# daemon names, ceph.conf, YAML specs and Prometheus labels)
+FREE_STRINGS: dict[str, tuple[re.Pattern[str], str, str]] = {
+    "ceph_rgw_service_id": (re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,62}"),
+                            "a cephadm service id", "letters, digits, '_', '-', '.'"),
+    "deploykit_ceph_mon_host": (re.compile(r"[A-Za-z0-9.:,/\[\] -]{1,2048}"),
+                                "a ceph.conf `mon host`", "addresses, host names and "
+                                "[v2:IP:port/0,v1:IP:port/0] lists as "
+                                "`ceph config generate-minimal-conf` writes them"),
+    "ceph_rgw_s3_display_name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.,:()@+-]{0,127}"),
+                                 "a plain display name", "letters, digits, spaces and "
+                                 "_ . , : ( ) @ + -"),
+    "lmcache_nixl_backend": (re.compile(r"[A-Za-z0-9_]{1,64}"), "a NIXL plugin name",
+                             "letters, digits and '_', e.g. OBJ"),
+    "vllm_dtype": (re.compile(r"[a-z0-9_]{1,32}"), "a vLLM --dtype",
+                   "one of vLLM's dtypes, e.g. auto, bfloat16, float16"),
+    "vllm_served_model_name": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}"),
+                               "a served model name", "letters, digits and . _ : / @ + -"),
+    "vllm_model": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9._-]{1,96})?"),
+                   "a Hugging Face model id or an absolute path",
+                   "owner/name of letters, digits, '.', '_' and '-', or an absolute path"),
+}
+_RELEASE = re.compile(r"(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})")
+_PEP440 = re.compile(r"(0|[1-9]\d{0,5})(\.(0|[1-9]\d{0,5})){1,3}((a|b|rc)\d{1,4})?"
+                     r"(\.post\d{1,4})?(\.dev\d{1,4})?")
 
 
 def control_character_problem(value: Any, where: str = "") -> str | None:
@@ -70,7 +105,10 @@ def control_character_problem(value: Any, where: str = "") -> str | None:
     if isinstance(value, str):
         found = _CONTROL.search(value)
         if found is None:
-            return None
+            invisible = _INVISIBLE.search(value)
+            return None if invisible is None else (
+                f"{where or 'the value'} holds the invisible character "
+                f"U+{ord(invisible.group()):04X} at position {invisible.start()}")
         name = {"\n": "a line break", "\r": "a carriage return", "\x00": "a NUL byte",
                 "\t": "a tab"}.get(found.group(), f"control character U+{ord(found.group()):04X}")
         return f"{where or 'the value'} holds {name} at position {found.start()}"
@@ -108,8 +146,9 @@ def _is_ip(value: str) -> bool:
 
 
 def _absolute_path(value: str) -> str:
+    # normpath keeps a leading `//` (POSIX leaves its meaning open): refused as well
     if value and (not value.startswith("/") or posixpath.normpath(value) != value
-                  or "\n" in value or "\x00" in value):
+                  or value.startswith("//") or "\n" in value or "\x00" in value):
         raise ValueError(f"{value!r} is not an absolute, normalised path|use an absolute path "
                          "without '..', '//' or a trailing '/', e.g. /etc/deploykit")
     return value
@@ -213,8 +252,14 @@ class HostConfig(BaseModel):
     ceph_rgw_count_per_host: int = Field(default=4, ge=1, le=64)
     ceph_rgw_frontend_port: int = Field(default=8080, ge=1, le=65535)
     ceph_rgw_concentrator_monitor_port: int = Field(default=1967, ge=1, le=65535)
-    # login of the concentrator's HAProxy stats page (/stats on the monitor port)
+    # login of the concentrator's HAProxy stats page (/stats on ceph_rgw_concentrator_stats_port)
     ceph_rgw_concentrator_monitor_user: str = "admin"
+    # the HAProxy stats page (/stats, with that login): on 127.0.0.1 (reach it through an SSH
+    # tunnel) unless ceph_rgw_concentrator_stats_public
+    ceph_rgw_concentrator_stats_port: int = Field(default=1968, ge=1, le=65535)
+    # opt-out: serve /stats on every address (over TLS with deploykit_s3_tls, else plain
+    # HTTP: the login can then be read off the network)
+    ceph_rgw_concentrator_stats_public: bool = False
     # CIDRs: cephadm spec `networks` (where gateways bind); IP ranges the created CA may vouch for
     ceph_rgw_networks: list[str] = Field(default_factory=list)
     ceph_rgw_concentrator_maxconn: int = Field(default=20000, ge=64, le=10_000_000)  # needs 2x fds
@@ -263,6 +308,14 @@ class HostConfig(BaseModel):
     coredns_port: int = Field(default=53, ge=1, le=65535)
     # resolvers for all other names: IP[:port] or resolv.conf paths; empty: only the S3 name
     coredns_upstream: list[str] = Field(default_factory=lambda: ["/etc/resolv.conf"])
+    # sources CoreDNS answers (its acl plugin; any other source gets REFUSED), loopback always.
+    # Unset: the /24 (IPv4) or /64 (IPv6) around each inventory host's address. A list
+    # replaces that: CIDRs or addresses, with the clients that are not inventory hosts (and
+    # the controller, for `verify`); ["0.0.0.0/0", "::/0"] answers everyone (the opt-out)
+    coredns_allowed_networks: list[str] | None = Field(default=None, max_length=4096)
+    # addresses or interface names CoreDNS takes DNS queries on; unset: the host's own
+    # address and 127.0.0.1; []: every address (the opt-out)
+    coredns_bind: list[str] | None = Field(default=None, max_length=256)
     # CoreDNS's `health` endpoint (HTTP /health)
     coredns_health_port: int = Field(default=8053, ge=1, le=65535)
     coredns_ready_port: int = Field(default=8181, ge=1, le=65535)
@@ -324,6 +377,11 @@ class HostConfig(BaseModel):
     lmcache_blocking_timeout_secs: int = Field(default=100, ge=1, le=86400)
     # serialiser for s3/nixl objects (in-process); naive stores raw KV, the size `plan` assumes
     lmcache_remote_serde: Literal["naive", "kivi", "cachegen"] = "naive"
+    # the chunk-key hash (LMCache's pre_caching_hash_algorithm; the server's --hash-algorithm):
+    # sha256_cbor or sha256 (vLLM's SHA-256: no client can aim a prompt at another prefix's
+    # key); builtin: Python's hash, keyed only by vllm_python_hash_seed (the opt-out). One value
+    # on every host sharing the bucket. LMCache 0.3.x knows only builtin (its default there)
+    lmcache_pre_caching_hash_algorithm: Literal["sha256_cbor", "sha256", "builtin"] = "sha256_cbor"
     lmcache_s3_num_io_threads: int = Field(default=64, ge=1, le=4096)
     lmcache_s3_prefer_http2: bool = False
     lmcache_s3_max_inflight_reqs: int = Field(default=64, ge=1, le=65536)  # 0.3.x only
@@ -483,6 +541,20 @@ class HostConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _default_chunk_hash(cls, data: Any) -> Any:
+        """lmcache_pre_caching_hash_algorithm unset: the pinned LMCache series' first
+        (sha256_cbor; builtin on 0.3.x, whose keys cannot hold a digest)."""
+        if not isinstance(data, dict) or data.get("lmcache_pre_caching_hash_algorithm") is not None:
+            return data
+        version = data.get("lmcache_version", cls.model_fields["lmcache_version"].default)
+        try:
+            hashes = compat.lmcache(str(version)).pre_caching_hashes
+        except ValueError:  # unsupported version: versions_supported reports it
+            return data
+        return {**data, "lmcache_pre_caching_hash_algorithm": hashes[0]}
+
+    @model_validator(mode="before")
+    @classmethod
     def _default_topology(cls, data: Any) -> Any:
         """lmcache_topology unset: the pinned LMCache series' default for the accelerator."""
         if not isinstance(data, dict) or data.get("lmcache_topology") is not None:
@@ -506,12 +578,17 @@ class HostConfig(BaseModel):
     # --- value checks: what is pasted into config text is typed, so it cannot break the file ---
     @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # YAML's `yes`/`true` would pass as 1 (a port, a count): a typo, never meant
-        if isinstance(value, bool) and info.field_name is not None and \
-                cls.model_fields[info.field_name].annotation in _NUMBER_TYPES:
-            raise ValueError(f"is {str(value).lower()}, a boolean where a number belongs|"
-                             "give a number")
+    def _no_lax_coercion(cls, value: Any, info: ValidationInfo) -> Any:
+        # what pydantic's lax mode would coerce silently (`yes` as a port, "off" as true,
+        # !!binary as text) or what no setting can hold (config/edge_values.py)
+        if info.field_name is not None:
+            kind = _KINDS.get(info.field_name)
+            if kind is None:
+                kind = _KINDS[info.field_name] = kind_of(
+                    cls.model_fields[info.field_name].annotation)
+            problem = edge_value_problem(value, kind)
+            if problem:
+                raise ValueError(problem)
         return value
 
     @field_validator("*")
@@ -575,6 +652,28 @@ class HostConfig(BaseModel):
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)
 
+    @field_validator(*FREE_STRINGS)
+    @classmethod
+    def _free_string(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # names pasted into argv, unit names, ceph.conf (INI: `;` and `#` start comments),
+        # YAML specs and Prometheus labels: each its own character set (FREE_STRINGS)
+        pattern, what, allowed = FREE_STRINGS[str(info.field_name)]
+        if value is not None and not (value.startswith("/") and info.field_name ==
+                                      "vllm_model") and not pattern.fullmatch(value):
+            raise ValueError(f"{value[:60]!r} is not {what}|use {allowed}")
+        return value
+
+    @field_validator(*RELEASE_VERSIONS, *PYTHON_VERSIONS)
+    @classmethod
+    def _version(cls, value: str, info: ValidationInfo) -> str:
+        release = info.field_name in RELEASE_VERSIONS
+        if not (_RELEASE if release else _PEP440).fullmatch(value):
+            example = cls.model_fields[str(info.field_name)].default
+            raise ValueError(f"{value[:40]!r} is not an exact release version|pin one release "
+                             f"({'X.Y.Z' if release else 'a PEP 440 version'}, e.g. "
+                             f"{example}): never latest, a range, a URL or spaces")
+        return value
+
     @field_validator("vllm_model")
     @classmethod
     def _model(cls, value: str) -> str:
@@ -626,6 +725,33 @@ class HostConfig(BaseModel):
             except ValueError:
                 raise ValueError(f"{entry!r} is not an upstream resolver|give an IPv4/IPv6 "
                                  "address (optionally :port) or a resolv.conf path") from None
+        return value
+
+    @field_validator("coredns_allowed_networks")
+    @classmethod
+    def _coredns_networks(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        out = []
+        for entry in value:
+            try:  # an address is its own /32 or /128; host bits are dropped, as CoreDNS does
+                out.append(str(ipaddress.ip_network(entry.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(f"{entry!r} is not a network|give CIDRs such as "
+                                 "10.0.0.0/24 or 2001:db8::/64, or addresses") from None
+        return out
+
+    @field_validator("coredns_bind")
+    @classmethod
+    def _coredns_bind(cls, value: list[str] | None) -> list[str] | None:
+        for entry in value or []:
+            try:
+                ipaddress.ip_address(entry)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", entry):
+                    raise ValueError(f"{entry!r} is neither an address nor an interface "
+                                     "name|give IP addresses or interface names such as "
+                                     "eth0") from None
         return value
 
     @field_validator("consul_http_address")

@@ -7,13 +7,20 @@ The same constraints are asserted again by the roles' preflight tasks, so plain
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deploy_kit.config import fit
+from deploy_kit.config import (
+    fit,
+    rules_downloads,
+    rules_monitoring,
+    rules_network,
+    rules_paths,
+)
 from deploy_kit.config.instances import DEVICE_ENV, instance_count, instances, workers
 from deploy_kit.config.models import SECRET_KEYS, HostConfig, dns_name_problem
 from deploy_kit.config.site import Host, Site
@@ -94,8 +101,8 @@ def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
             "lmcache_mode", "lmcache_topology", *IDENTITY_KEYS)
     hosts = site.group("vllm")
     yield from _agree(site, hosts, keys, "every vllm host")
-    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>, builtin hash)
-    # and the server's (<model>@<kv_rank>@<group>@<hash>, blake3) never match, and a new
+    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
+    # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
     # LMCache series may change either (deploy_kit/cache/keys.py)
     series = {h.name: ".".join(h.config.lmcache_version.split(".")[:2]) for h in hosts}
     if len(set(series.values())) > 1:
@@ -124,6 +131,24 @@ def _weight(site: Site, members: list[Host], key: str) -> tuple[int, int]:
     """How much a value is the fleet's: its hosts, then (a tie) fewest set in host_vars/
     (the odd one out is the per-host override)."""
     return len(members), -sum("host_vars" in _src(site, h, key) for h in members)
+
+
+def _chunk_hash_problems(site: Site, host: Host, table: compat.LMCacheCompat
+                         ) -> Iterator[Problem]:
+    """The chunk-key hash: one the pinned LMCache can key by, set only by its setting."""
+    alg = host.config.lmcache_pre_caching_hash_algorithm
+    if alg not in table.pre_caching_hashes:
+        yield Problem(_src(site, host, "lmcache_pre_caching_hash_algorithm"),
+                      "lmcache_pre_caching_hash_algorithm",
+                      f"LMCache {host.config.lmcache_version} cannot key chunks by {alg}",
+                      f"use {' or '.join(table.pre_caching_hashes)}, or pin lmcache_version "
+                      "0.4 or later")
+    if "pre_caching_hash_algorithm" in host.config.lmcache_extra_config:
+        # LMCache reads it at the top level only: in extra_config it would be ignored
+        yield Problem(_src(site, host, "lmcache_extra_config"),
+                      "lmcache_extra_config.pre_caching_hash_algorithm",
+                      "deploykit sets the chunk-key hash (LMCache ignores it in extra_config)",
+                      "remove it; set lmcache_pre_caching_hash_algorithm instead")
 
 
 def _agree(site: Site, hosts: list[Host], keys: tuple[str, ...], scope: str
@@ -219,6 +244,7 @@ def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
                 yield Problem(src, f"lmcache_extra_config.{key}",
                               f"not an S3 key of LMCache {host.config.lmcache_version}",
                               f"use one of {', '.join(sorted(table.s3_extra_keys))}")
+        yield from _chunk_hash_problems(site, host, table)
         if host.config.lmcache_extra_config.get("save_chunk_meta"):
             yield Problem(src, "lmcache_extra_config.save_chunk_meta",
                           "must be false for S3", "remove it")
@@ -401,15 +427,65 @@ def s3_name_consistent(site: Site) -> Iterator[Problem]:
                       "use letters, digits and dashes")
 
 
-def ports_in_use(host: Host) -> dict[int, str]:
-    """Every TCP port deploykit's services claim on this host, with the key that sets it."""
+@rule
+def coredns_answers_the_site(site: Site) -> Iterator[Problem]:
+    """A coredns_allowed_networks list must hold every inventory host (each one's resolver
+    asks the DNS hosts), and a coredns_bind of addresses the host's own address (the one
+    resolv.conf names): else their lookups are refused or never arrive."""
+    for dns in site.group("dns"):
+        c = dns.config
+        if c.coredns_allowed_networks is not None:
+            nets = [ipaddress.ip_network(n) for n in c.coredns_allowed_networks]
+            left_out = []
+            for h in site.hosts.values():
+                with contextlib.suppress(ValueError):
+                    address = ipaddress.ip_address(h.address)
+                    if not any(address in n for n in nets if n.version == address.version):
+                        left_out.append(h.name)
+            if left_out:
+                yield Problem(_src(site, dns, "coredns_allowed_networks"),
+                              "coredns_allowed_networks",
+                              f"leaves out inventory hosts: CoreDNS on {dns.name} would refuse "
+                              "their lookups", "add their addresses or networks",
+                              hosts=tuple(sorted(left_out)))
+        bind = c.coredns_bind or []
+        addresses = []
+        for entry in bind:
+            with contextlib.suppress(ValueError):
+                addresses.append(ipaddress.ip_address(entry))
+        own = None
+        with contextlib.suppress(ValueError):
+            own = ipaddress.ip_address(dns.address)
+        if own is not None and bind and len(addresses) == len(bind) and own not in addresses:
+            yield Problem(_src(site, dns, "coredns_bind"), "coredns_bind",
+                          f"does not hold {dns.name}'s address {dns.address}, which every "
+                          "host's resolv.conf names", f"add {dns.address} (or an interface)",
+                          hosts=(dns.name,))
+
+
+# ports deploykit's Consul agents bind without a setting (Consul's defaults): serf LAN on
+# every agent, server RPC and serf WAN on servers
+CONSUL_AGENT_PORTS = ((8301, "Consul's serf LAN port (fixed)"),)
+CONSUL_SERVER_PORTS = ((8300, "Consul's server RPC port (fixed)"),
+                       (8302, "Consul's serf WAN port (fixed)"))
+
+
+def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
+    """Every TCP port deploykit's services claim on this host, with the key that sets it
+    (fixed ports first, so that a clash names the setting); `monitored`: the site has a
+    monitoring group (serving hosts then run the node exporter)."""
     c = host.config
     claims: list[tuple[int, str]] = []
+    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+        claims += list(CONSUL_AGENT_PORTS)
+        if "consul_servers" in host.groups:
+            claims += list(CONSUL_SERVER_PORTS)
     if "rgw" in host.groups:
         claims += [(c.ceph_rgw_frontend_port + i, "ceph_rgw_frontend_port")
                    for i in range(c.ceph_rgw_count_per_host)]
         claims += [(c.deploykit_s3_port, "deploykit_s3_port"),
-                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port")]
+                   (c.ceph_rgw_concentrator_monitor_port, "ceph_rgw_concentrator_monitor_port"),
+                   (c.ceph_rgw_concentrator_stats_port, "ceph_rgw_concentrator_stats_port")]
     if "dns" in host.groups:
         claims += [(c.coredns_port, "coredns_port"), (c.coredns_health_port, "coredns_health_port"),
                    (c.coredns_ready_port, "coredns_ready_port"),
@@ -423,6 +499,8 @@ def ports_in_use(host: Host) -> dict[int, str]:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
+        if monitored and c.monitoring_node_exporter_install:
+            claims.append((c.monitoring_node_exporter_port, "monitoring_node_exporter_port"))
     if "monitoring" in host.groups:
         claims += [(c.monitoring_prometheus_port, "monitoring_prometheus_port"),
                    (c.monitoring_blackbox_port, "monitoring_blackbox_port")]
@@ -437,8 +515,9 @@ def ports_in_use(host: Host) -> dict[int, str]:
 @rule
 def host_ports_distinct(site: Site) -> Iterator[Problem]:
     """Services on one host cannot share a port (e.g. CoreDNS health vs a gateway)."""
+    monitored = bool(site.group("monitoring"))
     for host in site.hosts.values():
-        for port, keys in sorted(ports_in_use(host).items()):
+        for port, keys in sorted(ports_in_use(host, monitored).items()):
             if port > 65535:  # a base port plus an instance index: each setting alone is valid
                 key = keys.split("|")[0]
                 yield Problem(_src(site, host, key), key,
@@ -449,9 +528,10 @@ def host_ports_distinct(site: Site) -> Iterator[Problem]:
             if "|" not in keys:
                 continue
             first, key = keys.split("|")[:2]
-            yield Problem(_src(site, host, key), key,
-                          f"port {port} on {host.name} is also used by {first}",
-                          "give each service on the host its own port")
+            if key not in host.sources and first in host.sources:
+                first, key = key, first  # name the setting the inventory sets
+            yield Problem(_src(site, host, key), key, f"port {port} is also used by {first}",
+                          "give each service on the host its own port", hosts=(host.name,))
 
 
 @rule
@@ -764,11 +844,11 @@ def _tls_dir_problem(site: Site) -> str | None:
     given = value if value.is_absolute() else site.root / value  # as render.tls resolves it
     if given.is_symlink():
         return f"{given} is a symlink"
-    target, inventory = given.resolve(), site.root.resolve()
-    if target == inventory or target in inventory.parents:
-        return f"{target} holds the inventory itself"
-    if target == Path(target.anchor) or len(target.parts) < 3:
-        return f"{target} is a system directory"
+    # `/`, system directories and those above them, the home directory, the inventory
+    why = rules_paths.controller_dir_problem(site, given, trees=("/proc", "/sys", "/dev", "/boot"))
+    if why:
+        return why
+    target = given.resolve()
     if target.exists() and not target.is_dir():
         return f"{target} is not a directory"
     if target.is_dir():
@@ -981,3 +1061,9 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
                           f"{length[0]}-token request's KV {_gib(need)} in the server's L1",
                           "lower vllm_max_model_len, or use hosts with more memory",
                           hosts=(host.name,))
+
+
+
+# rule families kept in modules of their own (they import nothing from this one)
+RULES += [*rules_paths.RULES, *rules_network.RULES, *rules_downloads.RULES,
+          *rules_monitoring.RULES]

@@ -205,6 +205,8 @@ def vars_apply_to_something(raw: RawInventory) -> Iterator[Problem]:
     """group_vars of a group the inventory lacks (a typo: group_vars/vlm.yml) or whose
     groups have no host, host_vars of a host it does not list: Ansible reads none of them."""
     populated = {g for rh in raw.hosts.values() for g in rh.groups} | {"all"}
+    if any(not rh.groups - {"all"} for rh in raw.hosts.values()):
+        populated.add("ungrouped")  # a host in no group is in Ansible's implicit one
     declared = set(raw.group_depth) | {"all", "ungrouped"}
     for name, files in _vars_entries(raw.root / "group_vars").items():
         if name in populated:

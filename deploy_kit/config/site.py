@@ -186,7 +186,9 @@ _CONFUSABLES = str.maketrans({
 
 def ascii_skeleton(key: str) -> str:
     """`key` with compatibility forms folded (NFKC) and look-alike letters mapped to ASCII."""
-    return unicodedata.normalize("NFKC", key).lower().translate(_CONFUSABLES)
+    folded = unicodedata.normalize("NFKC", key).lower().translate(_CONFUSABLES)
+    # invisible format characters (a zero-width space, a BOM) make no visible difference
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
 
 
 def _secret_origin(key: str, value: Any, rh: Any, raw: RawInventory, hosts_file: str

@@ -34,6 +34,8 @@ class LMCacheCompat:
     build_torch: str | None = None  # torch major.minor the PyPI wheel's C extensions link
     topologies: dict[str, list[str]] | None = None  # accelerator -> topologies LMCache runs
     default_topology: dict[str, str] | None = None  # accelerator -> lmcache_topology unset
+    # pre_caching_hash_algorithm values with working keys; the first is the default
+    pre_caching_hashes: tuple[str, ...] = ("builtin",)
 
     def topologies_for(self, accelerator: str) -> list[str]:
         return list((self.topologies or {}).get(accelerator, ["inprocess", "server"]))
@@ -177,6 +179,7 @@ def lmcache(version: str) -> LMCacheCompat:
         build_torch=None if e.get("build_torch") is None else str(e["build_torch"]),
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         default_topology={k: str(v) for k, v in (e.get("default_topology") or {}).items()},
+        pre_caching_hashes=tuple(e.get("pre_caching_hashes") or ("builtin",)),
     )
 
 

@@ -13,6 +13,8 @@ class ExitCode(IntEnum):
     ANSIBLE_FAILED = 4  # one or more Ansible tasks failed
     HOSTS_UNREACHABLE = 5  # one or more hosts could not be reached
     VERIFY_FAILED = 6  # `verify` found at least one failing check
-    ENVIRONMENT = 7  # this machine lacks something the command needs (root, a package)
+    # this machine lacks something the command needs (root, a package), or cannot run it now:
+    # another run holds the site's lock (ops/site_lock.py)
+    ENVIRONMENT = 7
     INTERRUPTED = 130
     BROKEN_PIPE = 141  # the reader of stdout went away (`| head`): 128 + SIGPIPE, as a shell

@@ -16,9 +16,13 @@ ssl all accept it, and signing is cheap on the concentrators.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import ipaddress
 import os
 import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +44,7 @@ SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519Pr
                 ed448.Ed448PrivateKey)
 
 CA_DAYS = 3650
+CA_LOCK = ".ca.lock"  # beside ca.key: serialises the CA's creation
 SITE_CA = "(site CA)"  # the Issued.host of a CA check mode would create
 
 
@@ -61,14 +66,19 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write 0600 from the start (never briefly readable), atomically (rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+def _write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write 0600 from the start (never briefly readable), atomically (rename). The temp
+    name is unique (mkstemp: O_EXCL, 0600), so two writers never share or unlink it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            if mode != 0o600:
+                os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _private_dir(path: Path) -> None:
@@ -76,7 +86,7 @@ def _private_dir(path: Path) -> None:
     os.chmod(path, 0o700)
     ignore = path / ".gitignore"
     if not ignore.exists():  # the directory ignores itself, whatever the repository's rules
-        ignore.write_text("# deploykit's CA and certificate keys: never commit\n*\n")
+        _write_private(ignore, b"# deploykit's CA and certificate keys: never commit\n*\n", 0o644)
 
 
 def check_key_file(path: Path) -> None:
@@ -208,17 +218,9 @@ def site_tls_problems(site: Site) -> list[Problem]:
     cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
     if s.deploykit_tls_ca_cert is None and not cert_path.exists():
         return []
-    try:
-        check_key_file(key_path)
-        load_ca(cert_path, key_path)
-    except TlsError as exc:
-        key = "deploykit_tls_ca_key" if exc.message.startswith(
-            ("the CA key", "cannot read the CA key")) else "deploykit_tls_ca_cert"
-        if s.deploykit_tls_ca_cert is None:
-            key = "deploykit_tls_dir"  # the CA deploykit created there
-        return [Problem(site.settings_source(key), key, exc.message,
-                        exc.hint or "give a PEM CA certificate and its unencrypted key")]
-    return []
+    from deploy_kit.ops.ca_check import ca_problems  # every problem, not the first
+
+    return ca_problems(site, cert_path, key_path, check_key_file, SIGNING_KEYS)
 
 
 def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:
@@ -301,11 +303,28 @@ def ensure_ca(site: Site) -> CA:
     cert_path, key_path = names.ca_cert_path(site.root, s), names.ca_key_path(site.root, s)
     if s.deploykit_tls_ca_cert is None and not cert_path.exists():
         _private_dir(cert_path.parent)
-        cert_pem, key_pem = create_ca(site.name, constraints=name_constraints(
-            s.deploykit_s3_fqdn, s.ceph_rgw_networks))
-        _write_private(key_path, key_pem)
-        cert_path.write_bytes(cert_pem)  # public; 0644 under a 0700 directory
+        with _ca_lock(cert_path.parent):  # two first runs: one creates, the other reads it
+            if not cert_path.exists():
+                cert_pem, key_pem = create_ca(site.name, constraints=name_constraints(
+                    s.deploykit_s3_fqdn, s.ceph_rgw_networks))
+                # key first, certificate last: the certificate is the "CA exists" mark, so
+                # whoever sees it also sees its key (a crash in between leaves no cert and
+                # the next run starts over)
+                _write_private(key_path, key_pem)
+                _write_private(cert_path, cert_pem, 0o644)  # public, under a 0700 directory
     return load_ca(cert_path, key_path)
+
+
+@contextmanager
+def _ca_lock(directory: Path) -> Iterator[None]:
+    """An exclusive flock in the CA's private directory while a CA is created; released
+    when the process ends, whatever happens, so it never goes stale."""
+    fd = os.open(directory / CA_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def host_pem(ca: CA, host: Host, days: int) -> tuple[bytes, x509.Certificate]:
@@ -342,7 +361,7 @@ def check_site_tls(site: Site, scratch: Path) -> tuple[list[Issued], names.Sourc
         would_be = cert_path
         cert_path, key_path = scratch / names.CA_CERT, scratch / names.CA_KEY
         _write_private(key_path, key_pem)
-        cert_path.write_bytes(cert_pem)
+        _write_private(cert_path, cert_pem, 0o644)
         ca = load_ca(cert_path, key_path)
         out.append(Issued(SITE_CA, would_be, ca.cert.not_valid_after_utc, "would create"))
     else:

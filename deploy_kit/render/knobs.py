@@ -36,8 +36,10 @@ KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache
 _SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 _ENV_FLAG = {"VLLM_API_KEY": "--api-key"}
 # reported by other rules (one line per problem): devices (instances_fit_devices), TLS
-# (tls_consistent), chunk metadata (lmcache_extra_config_valid)
-_ELSEWHERE = {*DEVICE_ENV.values(), "disable_tls", "save_chunk_meta"}
+# (tls_consistent), chunk metadata (lmcache_extra_config_valid), the chunk-key hash
+# (sharing_hosts_agree's _chunk_hash_problems)
+_ELSEWHERE = {*DEVICE_ENV.values(), "disable_tls", "save_chunk_meta",
+              "pre_caching_hash_algorithm"}
 DEPLOYKIT = "deploykit"  # rendered whatever the settings say
 
 

@@ -51,6 +51,15 @@ def _nixl_extra(c: HostConfig) -> dict[str, Any]:
             "nixl_pool_size": c.lmcache_nixl_pool_size, "nixl_backend_params": params}
 
 
+# Top-level keys deploykit renders from its own settings: LMCache reads them only at the
+# top level, so a copy inside lmcache_extra_config is refused (config/rules.py).
+OWNED_TOP_LEVEL_KEYS = frozenset({
+    "chunk_size", "local_cpu", "max_local_cpu_size", "remote_url", "remote_serde",
+    "nixl_buffer_device", "nixl_buffer_size", "local_disk", "max_local_disk_size",
+    "pre_caching_hash_algorithm", "save_unfull_chunk", "enable_async_loading",
+    "blocking_timeout_secs"})
+
+
 def build_lmcache_config(c: HostConfig) -> dict[str, Any]:
     """Keys in LMCache's own order of importance; extra_config last, user keys merged in."""
     cfg: dict[str, Any] = {
@@ -72,6 +81,9 @@ def build_lmcache_config(c: HostConfig) -> dict[str, Any]:
     elif c.lmcache_mode == "disk":
         cfg["local_disk"] = f"file://{c.lmcache_disk_path.rstrip('/')}/"
         cfg["max_local_disk_size"] = c.lmcache_max_local_disk_size
+    # top level (LMCache never reads it from extra_config); builtin is written out too, so
+    # the file says which hash keys the chunks
+    cfg["pre_caching_hash_algorithm"] = c.lmcache_pre_caching_hash_algorithm
     cfg["save_unfull_chunk"] = c.lmcache_save_unfull_chunk
     cfg["enable_async_loading"] = c.lmcache_enable_async_loading
     cfg["blocking_timeout_secs"] = c.lmcache_blocking_timeout_secs

@@ -45,6 +45,8 @@ def server_argv(c: HostConfig) -> list[str]:
             "--http-host", MQ_HOST, "--http-port", str(c.lmcache_server_http_port),
             "--prometheus-port", str(c.lmcache_server_metrics_port),
             "--chunk-size", str(c.lmcache_chunk_size),
+            # the chunk-key hash (upstream's default is blake3): the one fleet-wide setting
+            "--hash-algorithm", c.lmcache_pre_caching_hash_algorithm,
             "--l1-size-gb", _gb(l1_gb(c)),
             "--l1-init-size-gb", _gb(min(l1_gb(c), 1.0)),
             "--eviction-policy", c.lmcache_server_eviction_policy,
@@ -64,7 +66,10 @@ def connector_extra(c: HostConfig) -> dict[str, Any]:
     handler for, and dies after 300 s waiting for register_kv_caches (measured)."""
     return {"lmcache.mp.host": f"tcp://{MQ_HOST}", "lmcache.mp.port": c.lmcache_server_port,
             "lmcache.mp.mp_transfer_mode": "lmcache_driven",
-            "lmcache.mp.mq_timeout": c.lmcache_server_mq_timeout}
+            "lmcache.mp.mq_timeout": c.lmcache_server_mq_timeout,
+            # "must match the MP server's --hash-algorithm" (0.5.6 ExtraConfigDefault): the
+            # chunk hashes vLLM's KV events name are the server's object keys
+            "lmcache.mp.hash_algorithm": c.lmcache_pre_caching_hash_algorithm}
 
 
 def server_env(c: HostConfig) -> dict[str, str]:

@@ -120,8 +120,11 @@ def render_haproxy(host: Host) -> str:
                            monitor_port=c.ceph_rgw_concentrator_monitor_port,
                            maxconn=c.ceph_rgw_concentrator_maxconn,
                            backends=gateways(host), stats_env_file=HAPROXY_STATS_ENV_PATH,
-                           # the monitor port (/health, /stats) stays plain HTTP: Consul's
-                           # check and the role's health gate read it on the host network
+                           # the monitor port (/health, /metrics) stays plain HTTP: Consul's
+                           # check, the role's health gate and Prometheus read it on the host
+                           # network; the stats page (a login) is on loopback unless opted out
+                           stats_port=c.ceph_rgw_concentrator_stats_port,
+                           stats_public=c.ceph_rgw_concentrator_stats_public,
                            tls_pem=HAPROXY_PEM_PATH if c.deploykit_s3_tls else None)
 
 

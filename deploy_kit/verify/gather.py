@@ -95,7 +95,8 @@ def planned(site: Site) -> Observation:
                     "TP": str(c.vllm_tensor_parallel_size),
                     "PP": str(c.vllm_pipeline_parallel_size),
                     "kv-cache-dtype": c.vllm_kv_cache_dtype,
-                    "chunk_size": str(c.lmcache_chunk_size)}
+                    "chunk_size": str(c.lmcache_chunk_size),
+                    "chunk hash": c.lmcache_pre_caching_hash_algorithm}
     return Observation(
         fqdn=s.deploykit_s3_fqdn, bucket=s.deploykit_s3_bucket, region=s.deploykit_s3_region,
         rgw_addresses=sorted(h.address for h in rgw),

@@ -57,6 +57,7 @@ def serving(name: str, seed: str = "67") -> ServingHost:
     return ServingHost(
         name=name, address=f"10.9.1.{name[-1]}",
         lmcache_yaml={"chunk_size": 256, "max_local_cpu_size": 1.0,
+                      "pre_caching_hash_algorithm": "sha256_cbor",
                       "remote_url": "s3://lmcache.s3.t.test",
                       "extra_config": {"s3_region": "default", "disable_tls": True,
                                        "save_chunk_meta": False}},
@@ -152,6 +153,11 @@ def _bad_chunk(o: Observation) -> None:
 
 def _seed(o: Observation) -> None:
     o.serving[1].env["PYTHONHASHSEED"] = "68"
+
+
+def _builtin_hash(o: Observation) -> None:
+    assert o.serving[1].lmcache_yaml is not None
+    del o.serving[1].lmcache_yaml["pre_caching_hash_algorithm"]  # LMCache's default
 
 
 def _no_region(o: Observation) -> None:
@@ -256,6 +262,8 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("ceph-rgw-daemons", lambda o: setattr(o, "rgw_daemons", 3), "rgw", "3 of 4"),
     ("lmcache-chunk-aligned", _bad_chunk, "gpu1", "250 is not a multiple of block size 16"),
     ("lmcache-fleet-consistent", _seed, "gpu2", "PYTHONHASHSEED 68 differs"),
+    ("lmcache-fleet-consistent", _builtin_hash, "gpu2",
+     "chunk hash builtin differs from the fleet's sha256_cbor"),
     ("lmcache-s3-settings", _no_region, "gpu2", "s3_region missing"),
     ("lmcache-remote-url", lambda o: o.serving[0].resolved.pop("lmcache.s3.t.test"), "gpu1",
      "does not resolve"),

@@ -193,6 +193,7 @@ def test_server_unit_reads_as_the_lmcache_view_the_checks_use(tmp_path) -> None:
                    deploykit_s3_fqdn="s3.t.test", lmcache_server_l1_size_gb=2.5)
     view = server_view(exec_argv(lmcache_server.render_unit(c)))
     assert view["chunk_size"] == 256 and view["max_local_cpu_size"] == 2.5
+    assert view["pre_caching_hash_algorithm"] == "sha256_cbor"
     assert view["remote_url"] == "s3://lmcache.s3.t.test"
     assert view["extra_config"]["s3_region"] == "default"
     assert view["extra_config"]["disable_tls"] is True

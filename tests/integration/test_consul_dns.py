@@ -108,6 +108,8 @@ def stack(make_inventory: InventoryFactory, binaries: tuple[Path, Path],
     hosts = copy.deepcopy(BASE_HOSTS)
     hosts["all"]["children"]["rgw"] = {"hosts": {n: {"ansible_host": a} for n, a in RGW.items()}}
     hosts["all"]["children"]["consul_servers"] = {"hosts": {"c1": {"ansible_host": "127.0.0.1"}}}
+    # CoreDNS binds the DNS host's own address (and 127.0.0.1): one this machine has
+    hosts["all"]["children"]["dns"] = {"hosts": {"dns1": {"ansible_host": "127.0.0.31"}}}
     ports = {k: free_port() for k in ("dns", "http", "serf_lan", "serf_wan", "server",
                                       "coredns", "ready", "health", "metrics", "monitor")}
     site = open_site(str(make_inventory(hosts, all={

@@ -69,6 +69,8 @@ def test_catch_all_block_starts_and_forwards_to_the_upstream(
         tmp_path: Path) -> None:
     hosts = copy.deepcopy(BASE_HOSTS)
     hosts["all"]["children"]["consul_servers"] = {"hosts": {"c1": {"ansible_host": "127.0.0.1"}}}
+    # CoreDNS binds the DNS host's own address (and 127.0.0.1): one this machine has
+    hosts["all"]["children"]["dns"] = {"hosts": {"dns1": {"ansible_host": "127.0.0.31"}}}
     dns_port, ready_port = free_port(), free_port()
     site = open_site(str(make_inventory(hosts, all={
         "deploykit_s3_fqdn": "s3.deploykit.test", "deploykit_dns_mode": "consul",

@@ -188,7 +188,7 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("reference-to-role-default", gv("vllm", vllm_served_model_name="{{ vllm_model }}")),
     ("reference-to-host-var", gv("all", deploykit_address="{{ ansible_host }}")),
     ("reference-to-hostname", gv("vllm", vllm_user="{{ inventory_hostname }}")),
-    ("unsafe-literal-braces", raw(VF, 'vllm_served_model_name: !unsafe "m{{x}}"\n'
+    ("unsafe-literal-braces", raw(VF, 'lmcache_extra_config: {x_tag: !unsafe "m{{x}}"}\n'
                                       "vllm_extra_env: !unsafe {TEMPLATE: '{% raw %}'}\n")),
     ("jinja-in-ansible-var", gv("all", ansible_python_interpreter="{{ ansible_playbook_python }}")),
     ("same-address-other-port", both(
@@ -238,7 +238,7 @@ gpu1 ansible_host=10.0.1.1 vllm_accelerator=cuda
 
 
 @pytest.mark.parametrize(("vllm_vars", "expected"), [
-    ('vllm_served_model_name: !unsafe "m{{x}}"\n', 0),  # Ansible never templates it
+    ('vllm_extra_env: {PS1: !unsafe "m{{x}}"}\n', 0),  # Ansible never templates it
     ('vllm_served_model_name: "{{ vllm_model | lower }}"\n', 3),
 ])
 def test_ini_inventory_unsafe_through_ansible(vllm_vars: str, expected: int,

@@ -107,7 +107,7 @@ def test_an_accelerator_model_must_run_on_the_accelerator(
     ({"vllm_accelerator_count": 8, "vllm_extra_env": {"CUDA_VISIBLE_DEVICES": "0"}},
      "vllm_extra_env.CUDA_VISIBLE_DEVICES", "its own device set"),
     ({"vllm_accelerator_count": 8, "lmcache_server_port": 8002}, "lmcache_server_port",
-     "port 8002 on h1 is also used by vllm_port"),
+     "port 8002 is also used by vllm_port"),
 ])
 def test_instance_rules(make_inventory: InventoryFactory, settings: dict, key: str,
                         text: str) -> None:

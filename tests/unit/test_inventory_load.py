@@ -61,7 +61,6 @@ def test_encrypted_vault_is_decrypted_with_password(make_inventory: InventoryFac
     encrypted = vault.encrypt(plain).decode()
     root = make_inventory(files={"group_vars/all/vault.yml": encrypted},
                           all={"deploykit_s3_secret_key": "{{ vault_deploykit_s3_secret_key }}"})
-    (root / "group_vars" / "all.yml").rename(root / "group_vars" / "all" / "main.yml")
     password = tmp_path / "pw"
     password.write_text("pw\n")
     site = open_site(str(root), password)

@@ -99,11 +99,14 @@ def test_extra_vars_naming_a_setting_are_refused(tmp_path: Path, content: str, b
     assert str(path) in str(caught.value)
 
 
-def test_ansible_knobs_and_run_vars_pass(tmp_path: Path) -> None:
+def test_ansible_knobs_pass_and_run_vars_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "vars.yml"
-    path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n"
-                    "deploykit_render_dir: /tmp/x\n")
+    path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n")
     check_extra_vars((path,))
+    # deploykit's own run variables: an -e after deploykit's would win (issue 34, M1)
+    path.write_text("ansible_user: root\ndeploykit_render_dir: /tmp/x\n")
+    with pytest.raises(InventoryError, match="deploykit_render_dir"):
+        check_extra_vars((path,))
 
 
 def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> None:
@@ -304,7 +307,13 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
      "coredns_1.12.1_linux_amd64.tgz.sha256", "c" * 64),
 ])
 def test_coredns_has_consuls_two_pins(make_inventory: InventoryFactory, settings: dict,
-                                      archive: str, binary: str) -> None:
+                                      archive: str, binary: str, tmp_path: Path) -> None:
+    if "coredns_binary_src" in settings:  # validate refuses a binary that is not there
+        binary_src = tmp_path / "srv" / "coredns"
+        binary_src.parent.mkdir()
+        binary_src.write_bytes(b"\x7fELF")
+        binary_src.chmod(0o755)
+        settings = {**settings, "coredns_binary_src": str(binary_src)}
     site = open_site(str(make_inventory(all=settings)))
     derived = json.loads(role_tree(site)["dns1"]["/.deploykit/settings.json"].content)
     assert derived["_coredns_archive_checksum"] == archive

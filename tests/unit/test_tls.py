@@ -182,7 +182,7 @@ def test_haproxy_binds_tls_and_lmcache_keeps_tls_on(make_inventory: InventoryFac
     tree = render_site(open_site(str(make_inventory(all=TLS | inprocess))))
     cfg = tree["rgw1"]["/etc/haproxy/haproxy.cfg"].content
     assert "bind *:443 ssl crt /etc/haproxy/deploykit-s3.pem alpn http/1.1" in cfg
-    assert "bind *:1967\n" in cfg  # /health and /stats stay plain HTTP for Consul's check
+    assert "bind *:1967\n" in cfg  # /health and /metrics stay plain HTTP for Consul and Prometheus
     lm = yaml.safe_load(tree["gpu1"]["/etc/deploykit/lmcache.yaml"].content)
     assert lm["remote_url"] == "s3://lmcache.s3.t.test"
     assert lm["extra_config"]["disable_tls"] is False

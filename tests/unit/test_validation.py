@@ -75,7 +75,7 @@ CPU = {"vllm_accelerator": "cpu", "vllm_version": "0.32.0", "lmcache_topology": 
     ({"vllm": {"lmcache_mode": "nixl", "lmcache_version": "0.3.10"}}, "lmcache_mode",
      "no NIXL storage"),
     ({"all": {"vllm_tensor_parallel_size": "two"}}, "vllm_tensor_parallel_size",
-     "valid integer"),
+     "not a plain number"),
     ({"all": {"lmcache_mode": "redis"}}, "lmcache_mode", "Input should be"),
     ({"all": {"lmcache_chunksize": 256}}, "lmcache_chunksize", "unknown key"),
     ({"all": {"deploykit_s3_port": 8081}}, "deploykit_s3_port",

@@ -23,8 +23,10 @@ def answer_count(obs: Observation) -> Iterator[Finding]:
     for a in obs.dns:
         target = f"{a.name} @{a.server}/{a.transport}"
         if a.error:
-            yield Finding("dns-answer-count", Status.FAIL, target, f"no answer: {a.error}",
-                          "is CoreDNS running on that server, and port 53 open over UDP and TCP?")
+            hint = ("CoreDNS answers only coredns_allowed_networks: add this controller's "
+                    "address there" if a.error == "REFUSED" else
+                    "is CoreDNS running on that server, and port 53 open over UDP and TCP?")
+            yield Finding("dns-answer-count", Status.FAIL, target, f"no answer: {a.error}", hint)
             continue
         got = set(a.addresses)
         if got == expected:

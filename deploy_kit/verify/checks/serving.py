@@ -160,11 +160,15 @@ def _identity(host: ServingHost) -> dict[str, str]:
             "TP": _flag(host.argv, "--tensor-parallel-size") or "1",
             "PP": _flag(host.argv, "--pipeline-parallel-size") or "1",
             "kv-cache-dtype": _flag(host.argv, "--kv-cache-dtype") or "auto",
-            "chunk_size": str((host.lmcache_yaml or {}).get("chunk_size"))}
+            "chunk_size": str((host.lmcache_yaml or {}).get("chunk_size")),
+            # absent from lmcache.yaml: LMCache's default, Python's hash
+            "chunk hash": str((host.lmcache_yaml or {}).get("pre_caching_hash_algorithm",
+                                                            "builtin"))}
 
 
 @check("lmcache-fleet-consistent", tags=("lmcache", "vllm", "config"),
-       summary="hosts sharing the bucket share seed, model, TP, PP, KV dtype and chunk size")
+       summary="hosts sharing the bucket share seed, model, TP, PP, KV dtype, chunk size "
+               "and chunk hash")
 def fleet(obs: Observation) -> Iterator[Finding]:
     hosts = list(_hosts(obs))
     if not hosts:
@@ -176,7 +180,8 @@ def fleet(obs: Observation) -> Iterator[Finding]:
             failures.append(Finding("lmcache-fleet-consistent", Status.FAIL, host.name,
                                     "PYTHONHASHSEED unset: cache keys differ in every process",
                                     "set vllm_python_hash_seed (one value fleet-wide)"))
-    for key in ("PYTHONHASHSEED", "model", "TP", "PP", "kv-cache-dtype", "chunk_size"):
+    for key in ("PYTHONHASHSEED", "model", "TP", "PP", "kv-cache-dtype", "chunk_size",
+                "chunk hash"):
         values: dict[str, list[str]] = {}
         for name, ident in identities.items():
             values.setdefault(ident[key], []).append(name)
@@ -194,7 +199,8 @@ def fleet(obs: Observation) -> Iterator[Finding]:
     yield from failures
     if not failures:
         yield Finding("lmcache-fleet-consistent", Status.PASS, "vllm",
-                      f"{len(hosts)} hosts share seed, model, TP, PP, KV dtype and chunk")
+                      f"{len(hosts)} hosts share seed, model, TP, PP, KV dtype, chunk and "
+                      "chunk hash")
 
 
 @check("lmcache-keys-known", tags=("lmcache", "config"), severity="warning",

@@ -141,6 +141,8 @@ def server_view(argv: list[str]) -> dict[str, Any]:
     chunk = _flag(argv, "--chunk-size")
     if chunk is not None and chunk.isdigit():
         view["chunk_size"] = int(chunk)
+    # the chunk-key hash; the flag absent: the server's own default
+    view["pre_caching_hash_algorithm"] = _flag(argv, "--hash-algorithm") or "blake3"
     l1 = _flag(argv, "--l1-size-gb")
     try:
         view["max_local_cpu_size"] = float(l1) if l1 is not None else 0.0
