@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import ipaddress
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -58,6 +59,10 @@ def host_names_not_groups(raw: RawInventory) -> Iterator[Problem]:
                       "ansible_host", hosts=(name,))
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD = re.compile(rf"^{_OCTET}(\.{_OCTET}){{3}}$")
+
+
 def machine_names(text: Any) -> set[str]:
     """The forms under which `text` (a host name or address) names one machine: DNS names
     ignore case and a trailing dot; an IP address in any spelling (IPv6 zero runs, an
@@ -65,6 +70,8 @@ def machine_names(text: Any) -> set[str]:
     zeros is ambiguous (SSH's resolver reads 010 as octal 8, most tools as decimal 10):
     it names both."""
     text = str(text).strip().lower().rstrip(".")
+    if _DOTTED_QUAD.match(text):  # the common spelling, already canonical: no parsing
+        return {text}
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     forms: set[str] = set()

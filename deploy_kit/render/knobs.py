@@ -228,7 +228,9 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
     setting that renders it."""
     for host in site.group("vllm"):
         c = host.config
-        if c.vllm_accelerator is None or not any(getattr(c, k) for k in KNOBS):
+        if c.vllm_accelerator is None or not (c.vllm_extra_args or c.vllm_extra_env or
+                                              c.vllm_kv_transfer_extra or
+                                              c.lmcache_extra_config):
             continue
         try:
             owned = owned_for(host)
