@@ -71,6 +71,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,  # config files, not HTML
+        # shipped files, read once per process: no stat() per render to see if they changed
+        auto_reload=False,
     )
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
