@@ -64,6 +64,7 @@ docs: install
 
 bench: install
 	$(BIN)/python bench/plan_render.py
+	$(BIN)/python bench/render_scale.py
 	$(BIN)/python bench/lab.py
 	$(BIN)/python bench/rerun.py
 	$(DK) bench storage --inventory lab

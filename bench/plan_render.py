@@ -14,35 +14,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fleet_site
 
 HOSTS = 1000
+SERVICE_HOSTS = 11  # the example's admin, RGW, Consul, DNS and monitoring hosts
 
 
 def generate(root: Path, hosts: int = HOSTS) -> Path:
-    """A site with 16 RGW, 3 Consul, 2 DNS and the rest serving hosts, three accelerators."""
-    rgw = {f"rgw{i:03d}": {"ansible_host": f"10.1.0.{i + 1}"} for i in range(16)}
-    consul = {f"consul{i}": {"ansible_host": f"10.2.0.{i + 1}"} for i in range(3)}
-    dns = {f"dns{i}": {"ansible_host": f"10.3.0.{i + 1}"} for i in range(2)}
-    n_serving = hosts - len(rgw) - len(consul) - len(dns) - 1
-    accelerators = ("cuda", "rocm", "gaudi3")
-    serving: dict[str, dict[str, dict[str, object]]] = {a: {} for a in accelerators}
-    for i in range(n_serving):
-        accel = accelerators[i % 3]
-        serving[accel][f"gpu{i:04d}"] = {"ansible_host": f"10.{10 + i // 250}.{i % 250}.1"}
-    doc = {"all": {"children": {
-        "ceph_admin": {"hosts": {"adm": {"ansible_host": "10.0.0.1"}}},
-        "rgw": {"hosts": rgw}, "consul_servers": {"hosts": consul}, "dns": {"hosts": dns},
-        "vllm": {"children": {f"vllm_{a}": {"hosts": serving[a],
-                                             "vars": {"vllm_accelerator": a}}
-                              for a in accelerators}}}}}
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "hosts.yml").write_text(yaml.safe_dump(doc))
-    (root / "group_vars").mkdir(exist_ok=True)
-    (root / "group_vars" / "all.yml").write_text(yaml.safe_dump({
-        "deploykit_s3_fqdn": "s3.bench.test", "vllm_model": "Qwen/Qwen3-32B",
-        "vllm_tensor_parallel_size": 2, "vllm_block_size": 16, "deploykit_ceph_version": "20.2.0"}))
-    return root
+    """inventory/example grown to `hosts` hosts (bench/fleet_site.py), so it validates."""
+    return fleet_site.generate(root, hosts - SERVICE_HOSTS)
 
 
 def timed(argv: list[str], repeat: int) -> list[float]:

@@ -92,7 +92,19 @@ class Site:
         return self.sources if len(self.sources) > 1 else (self.inventory_source,)
 
     def group(self, name: str) -> list[Host]:
-        return [h for h in self.hosts.values() if name in h.groups]
+        return list(self._members.get(name, ()))
+
+    @cached_property
+    def _members(self) -> dict[str, tuple[Host, ...]]:
+        """Each group's hosts in inventory order, indexed once: renderers ask per host, which
+        scanned every host each time (quadratic on a 10,000-host site). Safe to keep: a Site
+        is frozen and its hosts dict is never changed in place (limit/replace build a new
+        Site, which indexes afresh)."""
+        members: dict[str, list[Host]] = {}
+        for host in self.hosts.values():
+            for group in host.groups:
+                members.setdefault(group, []).append(host)
+        return {group: tuple(hosts) for group, hosts in members.items()}
 
     @cached_property
     def settings(self) -> HostConfig:

@@ -4,6 +4,7 @@ what the roles install (they call these same builders through deploykit's filter
 from __future__ import annotations
 
 import json
+import locale
 import os
 import stat
 from dataclasses import dataclass
@@ -171,39 +172,59 @@ def write_tree(tree: Tree, out: Path) -> int:
     (or non-directory) anywhere below `out` is refused instead of followed."""
     count = 0
     out.mkdir(parents=True, exist_ok=True)
-    made: set[PurePosixPath] = set()  # most hosts share their directories' shape: mkdir once
+    made: set[str] = set()  # most hosts share their directories' shape: mkdir once
+    parts_of: dict[str, tuple[str, ...]] = {}  # hosts share their paths: parse each once
+    encoding = locale.getpreferredencoding(False)  # what a text-mode open() would use
     for host, files in tree.items():
         for path, rendered in files.items():
-            rel = _safe_relative(host, path)
-            for depth in range(1, len(rel.parts)):
-                parent = PurePosixPath(*rel.parts[:depth])
-                if parent in made:
-                    continue
-                directory = out / parent
-                try:
-                    os.mkdir(directory)
-                except FileExistsError:
-                    if directory.is_symlink() or not directory.is_dir():
-                        raise UnsafeOutput(f"{directory} exists and is not a plain directory "
-                                           "(a symlink?): refusing to write through it",
-                                           hint="render into an empty directory") from None
-                made.add(parent)
-            target = out / rel
-            # O_NOFOLLOW: an existing symlink at the file's place is refused, not followed;
-            # create with the final mode so a secret is never briefly world-readable
-            try:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                             | os.O_NONBLOCK,
-                             rendered.mode)
-            except OSError as exc:
-                raise UnsafeOutput(f"cannot write {target}: {exc.strerror} (a symlink or "
-                                   "special file is in the way?)",
-                                   hint="render into an empty directory") from None
-            with os.fdopen(fd, "w") as handle:
-                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                    raise UnsafeOutput(f"{target} is not a regular file",
-                                       hint="render into an empty directory")
-                handle.write(rendered.content)
-                os.fchmod(handle.fileno(), rendered.mode)
+            if path not in parts_of:
+                parts_of[path] = _safe_relative(host, path).parts[1:]
+            rel = (host, *parts_of[path]) if _safe_host(host) else \
+                _safe_relative(host, path).parts
+            for depth in range(1, len(rel)):
+                parent = "/".join(rel[:depth])
+                if parent not in made:
+                    _make_directory(out / parent)
+                    made.add(parent)
+            _write_file(out / "/".join(rel), rendered, encoding)
             count += 1
     return count
+
+
+def _safe_host(host: str) -> bool:
+    """A host name that is one plain path component (see _safe_relative)."""
+    return host not in ("", ".", "..") and "/" not in host
+
+
+def _make_directory(directory: Path) -> None:
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        if directory.is_symlink() or not directory.is_dir():
+            raise UnsafeOutput(f"{directory} exists and is not a plain directory "
+                               "(a symlink?): refusing to write through it",
+                               hint="render into an empty directory") from None
+
+
+def _write_file(target: Path, rendered: RenderedFile, encoding: str) -> None:
+    # O_NOFOLLOW: an existing symlink at the file's place is refused, not followed;
+    # create with the final mode so a secret is never briefly world-readable
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, rendered.mode)
+    except OSError as exc:
+        raise UnsafeOutput(f"cannot write {target}: {exc.strerror} (a symlink or "
+                           "special file is in the way?)",
+                           hint="render into an empty directory") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnsafeOutput(f"{target} is not a regular file",
+                               hint="render into an empty directory")
+        if stat.S_IMODE(mode) != rendered.mode:  # a file already there, or the umask
+            os.fchmod(fd, rendered.mode)
+        data = memoryview(rendered.content.encode(encoding))
+        while data:  # one write for a regular file; a loop all the same
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)

@@ -14,7 +14,8 @@ from deploy_kit.config import names
 from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
-from deploy_kit.render.templating import exec_lines, render_template
+from deploy_kit.render import templating
+from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
 UNIT_PATH = "/etc/systemd/system/lmcache-server.service"
 MQ_HOST = "127.0.0.1"  # vLLM runs beside the server: nothing else may reach its queue
@@ -83,11 +84,12 @@ def server_env(c: HostConfig) -> dict[str, str]:
 
 
 def render_env_file(c: HostConfig) -> str:
-    return render_template("vllm.env.j2", env=server_env(c))
+    return templating.render_env_file(server_env(c))
 
 
 def render_unit(c: HostConfig) -> str:
     return render_template("lmcache-server.service.j2", user=c.vllm_user, env_file=env_path(c),
-                           exec_lines=exec_lines(server_argv(c), head=2), mode=c.lmcache_mode,
+                           exec_start=exec_start(exec_lines(server_argv(c), head=2)),
+                           mode=c.lmcache_mode,
                            http_port=c.lmcache_server_http_port,
                            vllm_units=[f"{i.unit}.service" for i in instances("", c)])

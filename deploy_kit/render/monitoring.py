@@ -94,7 +94,22 @@ class Targets:
     omitted: dict[str, str]
 
 
+# The last site's targets: a render asks for them six times (targets, configs, for the
+# monitoring host and for _cluster), each a pass over every host. Keyed by identity and
+# holding the site itself, so the entry cannot outlive or mistake it; a Site is frozen, its
+# hosts dict is never changed in place and HostConfig is frozen, so the targets cannot go
+# stale. Callers only read them.
+_last_targets: tuple[Site, Targets] | None = None
+
+
 def scrape_targets(site: Site) -> Targets:
+    global _last_targets
+    if _last_targets is None or _last_targets[0] is not site:
+        _last_targets = (site, _scrape_targets(site))
+    return _last_targets[1]
+
+
+def _scrape_targets(site: Site) -> Targets:
     groups: dict[str, list[dict[str, Any]]] = {job.name: [] for job in JOBS}
     omitted: dict[str, str] = {}
 

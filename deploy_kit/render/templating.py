@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import jinja2
@@ -47,6 +47,18 @@ def exec_lines(argv: list[str], head: int = 3) -> list[list[str]]:
     return lines
 
 
+def exec_start(lines: list[list[str]]) -> str:
+    """ExecStart's value for exec_lines: each word quoted, one continued line per group."""
+    return _exec_start(tuple(tuple(line) for line in lines))
+
+
+@lru_cache(maxsize=1024)
+def _exec_start(lines: tuple[tuple[str, ...], ...]) -> str:
+    # hosts of one group run the same argv but for the port: quoted once, not per host
+    # (a pure function of its argument, so a cached result is always the right one)
+    return " \\\n    ".join(" ".join(systemd_quote(word) for word in line) for line in lines)
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -59,6 +71,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,  # config files, not HTML
+        # shipped files, read once per process: no stat() per render to see if they changed
+        auto_reload=False,
     )
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
@@ -68,3 +82,15 @@ def environment() -> jinja2.Environment:
 
 def render_template(name: str, **context: Any) -> str:
     return environment().get_template(name).render(header=HEADER, **context)
+
+
+def render_env_file(env: dict[str, str]) -> str:
+    """An EnvironmentFile (vllm.env.j2) of `env`, in its order."""
+    return _render_env_file(tuple(env.items()))
+
+
+@lru_cache(maxsize=1024)
+def _render_env_file(items: tuple[tuple[str, str], ...]) -> str:
+    # most serving hosts' instances share one environment: rendered once, not per host
+    # (the text depends on the items alone, so a cached result is always the right one)
+    return render_template("vllm.env.j2", env=dict(items))

@@ -9,8 +9,8 @@ from deploy_kit.config import names
 from deploy_kit.config.instances import Instance, instances
 from deploy_kit.config.site import Host
 from deploy_kit.core import compat
-from deploy_kit.render import lmcache_server
-from deploy_kit.render.templating import exec_lines, render_template
+from deploy_kit.render import lmcache_server, templating
+from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
 # The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,
 # `gaudi_bucketing_env`), per vLLM series, with the upstream evidence for each variable.
@@ -141,7 +141,7 @@ def render_secret_env(host: Host) -> str:
 
 
 def render_env_file(host: Host, instance: Instance) -> str:
-    return render_template("vllm.env.j2", env=vllm_env(host, instance))
+    return templating.render_env_file(vllm_env(host, instance))
 
 
 def restarts_with_server(host: Host) -> bool:
@@ -166,4 +166,4 @@ def render_unit(host: Host, instance: Instance) -> str:
                            requires_server=restarts_with_server(host),
                            cpu=c.vllm_accelerator == "cpu",
                            groups=table.groups_for(c.vllm_accelerator or "cuda"),
-                           exec_lines=exec_lines(vllm_argv(host, instance)))
+                           exec_start=exec_start(exec_lines(vllm_argv(host, instance))))
