@@ -76,7 +76,7 @@ def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> N
     converged.ssh(LAB4, f"sed -i 's/\"s3_region\":\"default\",//' {SERVER_UNIT}")
     # lab2's s3 registration renamed: Consul (and so every DNS server) loses 10.99.0.12
     converged.ssh(LAB2, "sed -i 's/\"name\": \"s3\"/\"name\": \"s3-broken\"/' "
-                  "/etc/consul.d/s3-service.json && consul reload && sleep 2")
+                  "/etc/consul.d/s3-service.json && systemctl reload consul && sleep 2")
     rc, findings = verify(converged)
     assert rc == 6
     assert has(findings, "s3-credentials-valid", "lab3")
