@@ -162,9 +162,9 @@ def secrets_list(inventory: InventoryOpt, as_json: AsJson = False, vault_id: Vau
 def secrets_generate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                      vault_password_file: VaultPasswordFileOpt = None,
                      ask_vault_pass: AskVaultOpt = False) -> None:
-    """Generate the secrets the site needs and neither the inventory nor the store holds
-    (what the first `deploykit up` does), e.g. before a plain ansible-playbook or AWX run
-    that then takes `-e @<inventory>/.deploykit-secrets/secrets.yml`."""
+    """Generate the secrets the site needs and neither the inventory nor the store holds,
+    as the first `deploykit up` does: for a plain ansible-playbook or AWX run, which then
+    takes `-e @<inventory>/.deploykit-secrets/secrets.yml`."""
     from deploy_kit.ops import secrets_store
 
     site = _open(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass))
@@ -180,7 +180,7 @@ def secrets_generate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
 
 @secrets_app.command("rotate")
 def secrets_rotate(names: Annotated[list[str], typer.Argument(
-                       metavar="NAME...", help="secrets to regenerate, e.g. vllm_api_key")],
+                       metavar="NAME", help="secrets to regenerate (vllm_api_key)")],
                    inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                    vault_password_file: VaultPasswordFileOpt = None,
                    ask_vault_pass: AskVaultOpt = False) -> None:
