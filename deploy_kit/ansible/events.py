@@ -105,7 +105,7 @@ class RunRecord:
                 unreachable=kind == "runner_on_unreachable"))
         elif kind == "runner_on_ok":
             result = data.get("res") or {}
-            if result.get("changed"):
+            if result.get("changed") or _censored_change(result, event):
                 self.changed_tasks.append((str(data.get("host", "?")), str(data.get("task", ""))))
             if str(data.get("task_action", "")).endswith("deploykit_converged") \
                     and result.get("state") == "check":
@@ -123,3 +123,15 @@ class RunRecord:
     @property
     def total_changed(self) -> int:
         return sum(h.changed for h in self.hosts.values())
+
+
+_CHANGED_LINE = re.compile(r"^\s*(?:\x1b\[[0-9;]*m)*changed: \[", re.MULTILINE)
+
+
+def _censored_change(result: dict[str, Any], event: dict[str, Any]) -> bool:
+    """ansible-runner replaces a no_log task's result with {"censored": ...}, `changed`
+    included (display_callback awx_display); Ansible's own line still says `changed: [host]`.
+    Without this, a task handling a secret (Consul's maintenance calls under ACLs) would
+    change hosts without being named in the run record."""
+    return "censored" in result and bool(_CHANGED_LINE.search(str(event.get("stdout", ""))))
+

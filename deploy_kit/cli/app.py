@@ -14,7 +14,14 @@ import typer
 from rich.markup import escape
 
 from deploy_kit import __version__, plugins
-from deploy_kit.cli import bench_cmds, cache_cmds, converge_cmds, site_cmds, verify_cmds
+from deploy_kit.cli import (
+    bench_cmds,
+    cache_cmds,
+    converge_cmds,
+    secrets_cmds,
+    site_cmds,
+    verify_cmds,
+)
 from deploy_kit.cli.environment import Environment
 from deploy_kit.console import ReaderGone, console, stdout
 from deploy_kit.core.errors import DeployKitError, InventoryError
@@ -35,6 +42,7 @@ for verb in (site_cmds.plan, site_cmds.render, site_cmds.validate, converge_cmds
     app.command()(verb)
 app.add_typer(cache_cmds.cache_app, name="cache")
 app.add_typer(bench_cmds.bench_app, name="bench")
+app.add_typer(secrets_cmds.secrets_app, name="secrets")
 # optional verbs from other distributions (`deploykit lab`: pip install -e ./deploykit-lab)
 for name, plugin_app in plugins.verbs().items():
     app.add_typer(plugin_app, name=name)

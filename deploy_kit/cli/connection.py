@@ -51,7 +51,9 @@ def reached_site(inventory: list[str], vault: VaultOptions,
     """The site a host-reading verb works on: vault secrets read once (a prompt asks here),
     -K answered once, and its host contacts using the connection flags."""
     from deploy_kit.config.open import open_site
+    from deploy_kit.ops.secrets_store import with_stored
 
     secrets = vault.secrets()
     with reaching(connection) as reach:
-        yield on_site(open_site(inventory, secrets), reach)
+        # the generated secrets (vLLM's API key) fill what the inventory leaves unset
+        yield on_site(with_stored(open_site(inventory, secrets)), reach)

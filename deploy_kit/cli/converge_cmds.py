@@ -111,6 +111,7 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
         # and issues no certificate; from any directory, under the user's own ansible.cfg
         from deploy_kit.ansible.environment import playbook_variables
 
+        request = with_store_flag(site, request)
         stdout().write(printable(request, playbook_variables(project_dir())) + "\n")
         return
     if listing:  # ansible-playbook's own listing; nothing rendered, issued or recorded
@@ -120,26 +121,67 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
             list_only(replace(request, vault_args=tuple(handover.argv)), handover.env)
         return
     if options.check:  # changes nothing anywhere: no lock, runs beside a converge
+        generated = fill_secrets(site, verb, check=True)
         if verb != "up":
-            _run_rendered(verb, site, request, options, secrets, None)
+            _run_rendered(verb, site, request, options, secrets, None, generated=generated)
             return
         with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
             # the would-be CA and certificates live here for the run, then go
             _run_rendered(verb, site, request, options, secrets,
-                          issue_tls(site, Path(scratch) / "tls"))
+                          issue_tls(site, Path(scratch) / "tls"), generated=generated)
         return
     from deploy_kit.ops.site_lock import site_lock
 
-    # one converge of a site at a time (exit 7 naming the holder), before the CA or
-    # anything else is written
+    # one converge of a site at a time (exit 7 naming the holder), before the CA, the
+    # generated secrets or anything else is written
     with site_lock(site.root, verb, lock_wait) as lock:
+        generated = fill_secrets(site, verb, check=False)
         _run_rendered(verb, site, request, options, secrets,
-                      issue_tls(site) if verb == "up" else None, lock)
+                      issue_tls(site) if verb == "up" else None, lock, generated)
+
+
+def fill_secrets(site: Site, verb: str, check: bool) -> dict[str, str]:
+    """The generated secrets this run hands to Ansible: only the site's gaps (what the
+    inventory and vault leave unset). `up` generates missing ones into the store; --check
+    and every other verb write nothing (check mode uses throwaway values and says so)."""
+    from deploy_kit.ops import secrets_store
+
+    if verb == "up" and not check:
+        fill = secrets_store.ensure(site)
+        for name in fill.generated:
+            console().print(f"secrets: generated {name} in {secrets_store.store_path(site)}")
+        return fill.values
+    fill = secrets_store.plan_fill(site)
+    for name in fill.generated:
+        console().print(f"secrets (check mode): would generate {name} in "
+                        f"{secrets_store.store_path(site)}" if check else
+                        f"secrets: {name} does not exist yet (`deploykit up` generates it)")
+    # only `up` (or its check) needs values it has not stored yet
+    return fill.values if verb == "up" else \
+        {k: v for k, v in fill.values.items() if k not in fill.generated}
+
+
+def with_store_flag(site: Site, request: RunRequest) -> RunRequest:
+    """--print-command: a plain ansible-playbook gets the generated secrets from the store
+    file itself (its path, never a value); without a store it says what is missing."""
+    from deploy_kit.config.site_secrets import gaps
+    from deploy_kit.ops import secrets_store
+
+    path = secrets_store.store_path(site)
+    if path.is_file():
+        return replace(request, extra_vars_files=(*request.extra_vars_files, path))
+    missing = gaps(site)
+    if missing:
+        console().print(f"secrets: {', '.join(missing)} not generated yet: run `deploykit "
+                        f"secrets -i {site.inventory_source} generate` first (or set them in "
+                        "the vault)")
+    return request
 
 
 def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
                   secrets: VaultSecrets, tls_sources: Sources | None,
-                  lock: SiteLock | None = None) -> None:
+                  lock: SiteLock | None = None,
+                  generated: dict[str, str] | None = None) -> None:
     from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
     from deploy_kit.ansible.runner import run_playbook as run_with_runner
     from deploy_kit.ops.rundir import write_run_tree
@@ -155,8 +197,15 @@ def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOp
     request = replace(request, extra_vars_files=(tree, *request.extra_vars_files))
     console().print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
                     + (" [yellow]check mode[/]" if options.check else ""))
-    with secrets.materialized() as handover:  # the secrets read above, as 0600 files
+    from deploy_kit.ops.secrets_store import handover as generated_handover
+
+    # the vault secrets read above and the generated gaps, each as 0600 files removed after
+    with secrets.materialized() as handover, \
+            generated_handover(generated or {}) as generated_file:
         request = replace(request, vault_args=tuple(handover.argv))
+        if generated_file is not None:  # after the render tree, before the user's -e
+            request = replace(request, extra_vars_files=(
+                request.extra_vars_files[0], generated_file, *request.extra_vars_files[1:]))
         record, record_dir, rc = run_with_runner(request, console(), record_dir,
                                                  env=handover.env)
     show_record(record, console())

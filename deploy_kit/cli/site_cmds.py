@@ -15,6 +15,7 @@ from deploy_kit.cli.options import (
     VaultOptions,
     VaultPasswordFileOpt,
 )
+from deploy_kit.cli.secrets_cmds import note_not_generated
 from deploy_kit.console import console, data_console, stdout
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ def plan(inventory: InventoryOpt,
         stdout().write(dumps("plan", 2, site.name, payload))
     else:
         show_plan(result, data_console())
+        note_not_generated(site, data_console())  # part of the plan: stdout
 
 
 def render(inventory: InventoryOpt,
@@ -94,6 +96,8 @@ def render(inventory: InventoryOpt,
 
         count = replace_tree(tree, out, add_check_tls)
     console().print(f"wrote {count} files for {len(site.hosts)} hosts to {out}")
+    if not for_roles:
+        note_not_generated(site)
     if site.secrets_locked and not for_roles:
         console().print("[yellow]note:[/] vault is encrypted and no password was given: "
                         "credentials files hold <vault:…> markers")
@@ -120,6 +124,7 @@ def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
+    note_not_generated(site)
 
 
 def wheelhouse(inventory: InventoryOpt,

@@ -54,13 +54,16 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
             connection: ConnectionOptions | None = None) -> None:
     from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import SelectionError
+    from deploy_kit.ops.secrets_store import with_stored
     from deploy_kit.verify import report
     from deploy_kit.verify.model import Status
     from deploy_kit.verify.run import verify_pass
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    site = on_site(open_site(site_name, vault.secrets()), connection or ConnectionOptions())
+    # the generated secrets (vLLM's API key for the probes) fill what the inventory leaves unset
+    site = on_site(with_stored(open_site(site_name, vault.secrets())),
+                   connection or ConnectionOptions())
     try:
         with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
             done = verify_pass(site, requested, limit, storage_result)

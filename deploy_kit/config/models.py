@@ -346,16 +346,19 @@ class HostConfig(BaseModel):
     consul_leave_on_terminate: bool | None = None  # None: Consul's default (clients leave)
     # Consul's retry_interval between retry_join attempts (e.g. 5s); unset: Consul's default
     consul_retry_interval: str | None = Field(default=None, pattern=r"^\d+(ms|s|m)$")
-    # ACLs (default deny) and gossip encryption; the tokens and key come from the vault
-    consul_acl_enabled: bool = False
+    # ACLs (default deny) and gossip encryption, on by default: the tokens and key come from
+    # the vault, else deploykit generates them into <inventory>/.deploykit-secrets/ on the
+    # first `up` (docs/security.md). false: an explicit opt-out that `plan` warns about
+    consul_acl_enabled: bool = True
     # ACL default_policy: deny grants only what a token's policies allow; allow permits the rest
     consul_acl_default_policy: Literal["deny", "allow"] = "deny"
     consul_acl_management_token: SecretStr | None = None  # initial_management (servers)
     consul_acl_agent_token: SecretStr | None = None  # node registration, every agent
     consul_acl_service_token: SecretStr | None = None  # registers the s3 service
     consul_acl_dns_token: SecretStr | None = None  # default token: DNS, verify (read only)
-    # encrypt and verify Consul gossip with consul_gossip_key (from the vault; required then)
-    consul_gossip_encryption: bool = False
+    # encrypt and verify Consul gossip with consul_gossip_key (vault, else generated);
+    # false: an explicit opt-out that `plan` warns about
+    consul_gossip_encryption: bool = True
     consul_gossip_key: SecretStr | None = None  # `consul keygen`: base64 of 32 bytes
     resolver_manage: bool = True
 
@@ -496,8 +499,12 @@ class HostConfig(BaseModel):
     vllm_wheel_dir: str = ""
     vllm_health_timeout: int = Field(default=1800, ge=10, le=86400)
     vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
-    # optional; from the vault, written to a 0600 env file as VLLM_API_KEY (never in argv)
+    # the OpenAI API's bearer key, written to a 0600 env file as VLLM_API_KEY (never in argv);
+    # from the vault, else generated into <inventory>/.deploykit-secrets/ on the first `up`
     vllm_api_key: SecretStr | None = None
+    # false: serve the OpenAI API without a key when none is set (anyone who reaches the
+    # port may read and plant KV in the shared cache): an explicit opt-out `plan` warns about
+    vllm_api_key_required: bool = True
     # vllm-gaudi: VLLM_BUCKETING_STRATEGY (exp, the plugin's default, prepares long-context
     # buckets itself); warm-up skipping is for development only
     vllm_gaudi_bucketing_strategy: Literal["exp", "lin", "pad"] = "exp"
@@ -793,6 +800,11 @@ class HostConfig(BaseModel):
         if self.vllm_kv_connector:
             return self.vllm_kv_connector
         return "LMCacheMPConnector" if self.lmcache_topology == "server" else "LMCacheConnectorV1"
+
+    @property
+    def vllm_uses_api_key(self) -> bool:
+        """vLLM serves behind VLLM_API_KEY: a key is set, or required (then generated)."""
+        return self.vllm_api_key is not None or self.vllm_api_key_required
 
     @property
     def model_is_local(self) -> bool:

@@ -37,7 +37,7 @@ def role_paths(host: Host) -> dict[str, Any]:
         "_ceph_rgw_haproxy_pem_path": HAPROXY_PEM_PATH,
         # secret files the render also names (their content never leaves Ansible)
         "_ceph_rgw_haproxy_stats_env_path": HAPROXY_STATS_ENV_PATH,
-        "_vllm_secret_env_path": secret_env_path(host) if c.vllm_api_key is not None else None,
+        "_vllm_secret_env_path": secret_env_path(host) if c.vllm_uses_api_key else None,
         "_ceph_rgw_keyring_paths": {
             name: names.rgw_keyring_path(name)
             for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},

@@ -18,9 +18,10 @@ from deploy_kit.project import collection_dir
 INPUTS_PATH = "/.deploykit/inputs.json"
 CODE = ("roles", "playbooks", "plugins")
 # Options that steer one run, not what a host ends up with (the render directory is new on
-# every run; --full and --restart-serving bypass the records anyway).
+# every run; --full and --restart-serving bypass the records anyway). The generated secrets
+# arrive as one site-wide dict but are digested as the variables each host fills from it.
 RUN_SCOPED = frozenset({"deploykit_render_dir", "deploykit_full", "deploykit_restart_serving",
-                        "vllm_serial"})
+                        "vllm_serial", "deploykit_generated_secrets"})
 # What the host's settings.json holds (every setting but the secrets, and the computed `_`
 # names): digested with the rendered tree already, so not read again per variable.
 SETTINGS = frozenset(HostConfig.model_fields) - frozenset(SECRET_KEYS)

@@ -136,7 +136,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_vllm_groups": table.groups_for(accelerator),
         "_serving_env_system_packages": (table.system_packages or {}).get(accelerator, []),
         "_lmcache_packages": lmcache_packages(c),
-        "_vllm_has_api_key": c.vllm_api_key is not None,
+        "_vllm_has_api_key": c.vllm_uses_api_key,
         # a local model directory on the controller, staged by the serving role
         "_vllm_model_is_local": c.model_is_local,
         "_vllm_model_on_host": c.model_path_on_host,

@@ -221,7 +221,6 @@ def _loopback(address: str) -> bool:
 
 def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     out = []
-    s = site.settings
     ceph = compat.ceph(site.settings.deploykit_ceph_version)
     if site.settings.ceph_rgw_mode == "cephadm" and \
             site.settings.ceph_rgw_concentrator == "cephadm" and not ceph.has_concentrator:
@@ -240,17 +239,41 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     if site.settings.deploykit_s3_tls is False:
         out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
                    "storage network only")
-    consul = s.deploykit_dns_mode == "consul"
-    if consul and not s.consul_acl_enabled and not s.deploykit_s3_tls:
-        out.append("Consul ACLs and S3 TLS are both off: a machine that joins the storage "
-                   "network's Consul gossip can register an `s3` instance that DNS hands to "
-                   "every serving host (set consul_acl_enabled or deploykit_s3_tls)")
-    if consul and not s.consul_acl_enabled and not _loopback(s.consul_http_address):
-        out.append(f"consul_http_address {s.consul_http_address} opens Consul's HTTP API with "
-                   "ACLs off: anyone who reaches it can change the catalog")
+    out += security_opt_outs(site)
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
     return out
+
+
+def security_opt_outs(site: Site) -> list[str]:
+    """One warning per secure default the inventory switched off (docs/security.md)."""
+    s = site.settings
+    out: list[str] = []
+    consul = s.deploykit_dns_mode == "consul" and bool(site.group("consul_servers"))
+    if consul and not s.consul_acl_enabled:
+        out.append("consul_acl_enabled: false (opt-out): any client of a Consul agent may "
+                   "register an `s3` instance that DNS hands to every serving host"
+                   + ("" if s.deploykit_s3_tls else ", and S3 TLS is off too"))
+    if consul and not s.consul_acl_enabled and not _loopback(s.consul_http_address):
+        out.append(f"consul_http_address {s.consul_http_address} opens Consul's HTTP API with "
+                   "ACLs off: anyone who reaches it can change the catalog")
+    if consul and s.consul_acl_enabled and s.consul_acl_default_policy == "allow":
+        out.append("consul_acl_default_policy: allow (opt-out): a request without a token may "
+                   "do what no policy forbids")
+    if consul and not s.consul_gossip_encryption:
+        out.append("consul_gossip_encryption: false (opt-out): a machine on the storage "
+                   "network can join the Consul gossip and read or forge membership")
+    open_api = sorted(h.name for h in site.group("vllm") if not h.config.vllm_uses_api_key)
+    if open_api:
+        out.append(f"vllm_api_key_required: false (opt-out) on {_names(open_api)}: the OpenAI "
+                   "API takes requests without a key, so anyone who reaches it can read "
+                   "and plant KV in the shared cache")
+    return out
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
+                                       if len(names) > shown else "")
 
 
 def _serving_warnings(site: Site) -> list[str]:

@@ -85,7 +85,7 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 vllm.render_env_file(host, instance))
             files[names.vllm_unit_path(instance.unit)] = RenderedFile(
                 vllm.render_unit(host, instance))
-        if c.vllm_api_key is not None:
+        if c.vllm_uses_api_key:
             files[vllm.secret_env_path(host)] = RenderedFile(
                 vllm.render_secret_env(host), mode=0o600, secret=True)
         if site.group("monitoring") and c.monitoring_node_exporter_install:

@@ -136,8 +136,9 @@ def secret_env_path(host: Host) -> str:
 
 def render_secret_env(host: Host) -> str:
     """VLLM_API_KEY for vLLM's env (vllm/envs.py reads it): the tree holds a marker only; the
-    role writes the vault's value 0600 with no_log, so it is never in argv or a 0644 file."""
-    return render_template("vllm.env.j2", env={"VLLM_API_KEY": "<vault:vllm_api_key>"})
+    role writes the value (vault, else deploykit's generated store) 0600 with no_log, so it
+    is never in argv or a 0644 file."""
+    return render_template("vllm.env.j2", env={"VLLM_API_KEY": "<secret:vllm_api_key>"})
 
 
 def render_env_file(host: Host, instance: Instance) -> str:
@@ -157,7 +158,7 @@ def restarts_with_server(host: Host) -> bool:
 def render_unit(host: Host, instance: Instance) -> str:
     c = host.config
     env_files = [names.vllm_env_path(c, instance.unit)]
-    if c.vllm_api_key is not None:
+    if c.vllm_uses_api_key:
         env_files.append(secret_env_path(host))
     table = compat.vllm(c.vllm_version)
     return render_template("vllm.service.j2", model=c.model_path_on_host, mode=c.lmcache_mode,

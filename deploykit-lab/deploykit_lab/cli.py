@@ -16,9 +16,11 @@ lab_app = typer.Typer(no_args_is_help=True, help="The local lab: real Ceph and "
 
 ProfileOpt = Annotated[str, typer.Option(
     "--profile", help="serving (default): lab3/lab4 run vLLM (CPU) + LMCache for real, about "
-                      "7 GB of memory each; plain: storage + DNS, serving hosts get config "
-                      "only; secured: serving + TLS + Consul ACLs + gossip encryption; "
-                      "monitoring: serving + Prometheus on lab1")]
+                      "7 GB of memory each, with deploykit's secure defaults (Consul ACLs, "
+                      "gossip encryption, a vLLM API key: generated secrets); plain: storage "
+                      "+ DNS, serving hosts get config only; secured: serving + TLS + the "
+                      "Consul secrets from a vault; monitoring: serving + Prometheus on lab1 "
+                      "(Consul ACLs opted out)")]
 
 
 def _chosen(name: str, serving: bool) -> Profile:

@@ -21,6 +21,8 @@ options:
   urls: {type: list, elements: str, required: true, description: the endpoints}
   timeout: {type: int, default: 60, description: seconds before failing}
   interval: {type: float, default: 1.0, description: seconds between rounds}
+  bearer: {type: str, default: "", no_log: true, description: >-
+    a token sent as `Authorization: Bearer` (vLLM's API key for /v1/models); empty: none}
 author: deploykit
 """
 
@@ -32,9 +34,11 @@ status: {description: each URL's last status (or error), type: dict}
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def status_of(url: str, timeout: float) -> str:
+def status_of(url: str, timeout: float, bearer: str = "") -> str:
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {bearer}"} if bearer else {})
     try:
-        with NO_PROXY.open(url, timeout=timeout) as answer:
+        with NO_PROXY.open(request, timeout=timeout) as answer:
             return str(answer.status)
     except urllib.error.HTTPError as exc:
         return str(exc.code)
@@ -46,14 +50,16 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={"urls": {"type": "list", "elements": "str", "required": True},
                        "timeout": {"type": "int", "default": 60},
-                       "interval": {"type": "float", "default": 1.0}},
+                       "interval": {"type": "float", "default": 1.0},
+                       "bearer": {"type": "str", "default": "", "no_log": True}},
         supports_check_mode=True)
     urls, timeout = module.params["urls"], module.params["timeout"]
     started = time.monotonic()
     status = {url: "not asked" for url in urls}
     while True:
         for url in [u for u in urls if status[u] != "200"]:
-            status[url] = status_of(url, timeout=min(5.0, max(1.0, timeout)))
+            status[url] = status_of(url, timeout=min(5.0, max(1.0, timeout)),
+                                    bearer=module.params["bearer"])
         waiting = [u for u in urls if status[u] != "200"]
         waited = round(time.monotonic() - started, 1)
         if not waiting:

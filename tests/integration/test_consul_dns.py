@@ -270,11 +270,15 @@ def test_consul_accepts_every_rendered_agent_config(binaries: tuple[Path, Path],
 def test_consul_accepts_the_telemetry_prometheus_scrapes(binaries: tuple[Path, Path],
                                                          make_inventory: InventoryFactory,
                                                          tmp_path: Path) -> None:
-    """An API opened beyond loopback (so Prometheus can scrape it) adds the retention time that
-    /v1/agent/metrics?format=prometheus needs; the real agent accepts it."""
+    """An API opened beyond loopback with ACLs off (so Prometheus can scrape it without a
+    token) adds the retention time that /v1/agent/metrics?format=prometheus needs; the real
+    agent accepts it. Under the default ACLs it is not added."""
     closed = open_site(str(make_inventory()))
     assert "telemetry" not in consul_render.agent_config(closed, closed.hosts["c1"])
-    site = open_site(str(make_inventory(all={"consul_http_address": "0.0.0.0"})))
+    acl = open_site(str(make_inventory(all={"consul_http_address": "0.0.0.0"})))
+    assert "telemetry" not in consul_render.agent_config(acl, acl.hosts["c1"])
+    site = open_site(str(make_inventory(all={"consul_http_address": "0.0.0.0",
+                                             "consul_acl_enabled": False})))
     agent = consul_render.agent_config(site, site.hosts["c1"])
     assert agent["telemetry"] == {"prometheus_retention_time": "60s", "disable_hostname": True}
     agent["data_dir"] = str(tmp_path / "data")

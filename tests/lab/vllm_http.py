@@ -1,15 +1,22 @@
-"""HTTP helpers for the lab's serving hosts (vLLM's OpenAI API, /health and /metrics)."""
+"""HTTP helpers for the lab's serving hosts (vLLM's OpenAI API, /health and /metrics).
+
+vLLM serves behind an API key by default: the OpenAI calls send the key of the effective
+site (the inventory, its vault, or the store `deploykit up` generated it into), as every
+client of deploykit does. /health and /metrics need none."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from tests.lab.conftest import lab_model
+from tests.lab.conftest import LAB_INVENTORY, VAULT_PASSWORD, lab_model
 
 SERVING = {"lab3": "10.99.0.13", "lab4": "10.99.0.14"}
 
@@ -31,11 +38,45 @@ def metric(address: str, name: str, port: int = 8000) -> float:
                if line.startswith(name + "{") or line.startswith(name + " "))
 
 
+@functools.lru_cache(maxsize=4)
+def _site(stamp: tuple[float, ...]) -> Any:
+    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.secrets_store import with_stored
+
+    vault = Path(VAULT_PASSWORD) if (LAB_INVENTORY / "group_vars" / "all" / "vault.yml").exists() \
+        else None
+    return with_stored(open_site(str(LAB_INVENTORY), vault))
+
+
+def api_key(address: str) -> str | None:
+    """The key the vLLM on `address` requires, from the effective site (None: it needs none)."""
+    from deploy_kit.ops.secrets_store import STORE_DIR, STORE_FILE
+    from deploy_kit.transport.openai import api_key as key_of
+
+    files = [LAB_INVENTORY / "group_vars" / "all", LAB_INVENTORY / STORE_DIR / STORE_FILE]
+    stamp = tuple(p.stat().st_mtime if p.exists() else 0.0 for p in files)  # reread on change
+    host = next(h for h in _site(stamp).hosts.values() if h.address == address)
+    return key_of(host)
+
+
+def headers(address: str) -> dict[str, str]:
+    key = api_key(address)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def models(address: str, port: int = 8000) -> list[str]:
+    request = urllib.request.Request(f"http://{address}:{port}/v1/models",
+                                     headers=headers(address))
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return [m["id"] for m in json.loads(response.read())["data"]]
+
+
 def complete(address: str, tokens: list[int], port: int = 8000) -> dict:
     body = json.dumps({"model": lab_model().name, "prompt": tokens, "max_tokens": 4,
                        "temperature": 0}).encode()
     request = urllib.request.Request(f"http://{address}:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              **headers(address)})
     with urllib.request.urlopen(request, timeout=300) as response:
         result: dict = json.loads(response.read())
     return result

@@ -36,6 +36,20 @@ def test_events_give_stats_failures_and_hide_secrets() -> None:
     assert "hidden" in second.message
 
 
+def test_a_no_log_task_that_changed_is_still_named() -> None:
+    """ansible-runner censors a no_log result whole, `changed` included: the line Ansible
+    printed still says so (Consul's maintenance calls under ACLs are no_log)."""
+    record = RunRecord()
+    censored = {"censored": "the output has been hidden due to the fact that 'no_log: true' "
+                            "was specified for this result"}
+    record.consume({"event": "runner_on_ok", "stdout": "\x1b[0;33mchanged: [lab1]\x1b[0m",
+                    "event_data": {"host": "lab1", "task": "Take this host out of DNS",
+                                   "res": censored}})
+    record.consume({"event": "runner_on_ok", "stdout": "ok: [lab2]",
+                    "event_data": {"host": "lab2", "task": "Read a token", "res": censored}})
+    assert record.changed_tasks == [("lab1", "Take this host out of DNS")]
+
+
 def test_redact_masks_cephx_keys_and_known_values() -> None:
     text = "key = AQBq4W1nAAAAABAAyqjM5zGQ0d2d2wNbqL2c+Q== and token: TOPSECRET123"
     out = redact(text, ("TOPSECRET123",))

@@ -88,6 +88,7 @@ def test_an_lmcache_that_serves_metrics_gets_its_job(make_inventory: InventoryFa
 
 def test_consul_and_lmcache_jobs_follow_the_settings(make_inventory: InventoryFactory) -> None:
     opened = monitoring.scrape_targets(site_of(make_inventory, consul_http_address="0.0.0.0",
+                                               consul_acl_enabled=False,
                                                lmcache_topology="server"))
     assert sorted(labels_by_host(opened.groups[monitoring.CONSUL])) == ["c1", "rgw1", "rgw2"]
     # LMCache 0.5.6's `lmcache server` serves no metrics (compat.yaml server_metrics): no
@@ -97,7 +98,7 @@ def test_consul_and_lmcache_jobs_follow_the_settings(make_inventory: InventoryFa
     # under ACLs /v1/agent/metrics needs a token deploykit does not give Prometheus
     assert not consul_scrapable(HostConfig(consul_http_address="0.0.0.0",
                                                       consul_acl_enabled=True))
-    assert consul_scrapable(HostConfig(consul_http_address="0.0.0.0"))
+    assert consul_scrapable(HostConfig(consul_http_address="0.0.0.0", consul_acl_enabled=False))
     mgr = monitoring.scrape_targets(site_of(
         make_inventory, monitoring_ceph_mgr_targets=["mgr1.example.com:9283", "10.0.0.9:9999"]))
     assert [e["targets"] for e in mgr.groups[monitoring.CEPH]] == \

@@ -14,7 +14,7 @@ from deploy_kit.config import names
 from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
-from deploy_kit.render import lmcache_server
+from deploy_kit.render import lmcache_server, vllm
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
     InstanceState,
@@ -54,14 +54,19 @@ def script(host: Host, lookups: list[str]) -> str:
     port = c.vllm_port
     unit_list = " ".join(units(host))
     health = "\n".join(
-        f"echo {i.unit} {i.port} $(for p in /health /v1/models; do curl -s -o /dev/null -m 3 "
-        f"-w '%{{http_code}}' http://127.0.0.1:{i.port}$p; echo; done)"
+        f"echo {i.unit} {i.port} $(for p in /health /v1/models; do vllm_auth | curl -s "
+        f"-o /dev/null -m 3 -H @- -w '%{{http_code}}' http://127.0.0.1:{i.port}$p; echo; done)"
         for i in instances(host.name, c))
     venv = shlex.quote(c.vllm_venv)
     ports = str(c.lmcache_server_port) if c.lmcache_topology == "server" else ""
     getent = "; ".join(f"echo @{n}; getent ahostsv4 {shlex.quote(n)} | awk '{{print $1}}' | "
                        "sort -u" for n in lookups)
+    # the API key (vllm_api_key) from the host's own 0600 file, as a header on stdin: never
+    # in argv or in this script (which travels through Ansible)
+    secret = shlex.quote(vllm.secret_env_path(host))
     return f"""
+vllm_auth() {{ ( [ -r {secret} ] && . {secret} && [ -n "$VLLM_API_KEY" ] &&
+  printf 'Authorization: Bearer %s\\n' "$VLLM_API_KEY" ) 2>/dev/null; }}
 echo '### lmcache'
 cat {shlex.quote(names.lmcache_config_path(c))} 2>/dev/null || echo __MISSING__
 echo '### env'; cat {shlex.quote(names.vllm_env_path(c))} 2>/dev/null
@@ -118,7 +123,8 @@ done
 echo '### active'; systemctl is-active vllm 2>/dev/null
 echo '### health'
 for p in /health /v1/models; do
-  curl -s -o /dev/null -m 3 -w '%{{http_code}}' http://127.0.0.1:{port}$p; echo
+  vllm_auth | curl -s -o /dev/null -m 3 -H @- -w '%{{http_code}}' http://127.0.0.1:{port}$p
+  echo
 done
 echo '### instances'
 {health}

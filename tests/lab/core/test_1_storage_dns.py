@@ -153,9 +153,10 @@ def test_other_names_go_through_the_catch_all_block_to_the_upstream(converged: L
 
 
 def test_consuls_api_is_closed_to_the_network_and_open_on_the_host(converged: Lab) -> None:
-    """Secure by default: with ACLs off (this profile), nothing on the storage network may
-    register an `s3` instance, so the HTTP API listens on loopback only; Consul's DNS, which
-    CoreDNS forwards to, still answers on the host's address (the name test above)."""
+    """Secure by default: the HTTP API listens on loopback only (and under ACLs, default
+    deny, since this profile keeps the defaults), so nothing on the storage network may
+    register an `s3` instance; Consul's DNS, which CoreDNS forwards to, still answers on the
+    host's address (the name test above)."""
     consul_server = "10.99.0.13"
     for address in (consul_server, *RGW):
         with pytest.raises(OSError):

@@ -74,9 +74,12 @@ def test_config_and_dns_faults_are_each_named_then_repaired(converged: Lab) -> N
     converged.ssh(LAB3, f"sed -i 's/--chunk-size 256/--chunk-size 250/' {SERVER_UNIT}")
     converged.ssh(LAB4, f"sed -i 's/^PYTHONHASHSEED=.*/PYTHONHASHSEED=68/' {CFG}/vllm.env")
     converged.ssh(LAB4, f"sed -i 's/\"s3_region\":\"default\",//' {SERVER_UNIT}")
-    # lab2's s3 registration renamed: Consul (and so every DNS server) loses 10.99.0.12
-    converged.ssh(LAB2, "sed -i 's/\"name\": \"s3\"/\"name\": \"s3-broken\"/' "
-                  "/etc/consul.d/s3-service.json && consul reload && sleep 2")
+    # lab2's s3 health check pointed at a closed port: Consul (and so every DNS server)
+    # loses 10.99.0.12. (Renaming the registration no longer works under the default ACLs:
+    # the service token may write `s3` only, so the catalog keeps the old entry.) The
+    # reload is systemd's SIGHUP: the consul CLI would need a token.
+    converged.ssh(LAB2, "sed -i 's#:[0-9]*/health#:9/health#' /etc/consul.d/s3-service.json "
+                  "&& systemctl reload consul && sleep 4")
     rc, findings = verify(converged)
     assert rc == 6
     assert has(findings, "s3-credentials-valid", "lab3")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import time
-import urllib.request
 
 import pytest
 
@@ -21,6 +20,7 @@ from tests.lab.vllm_http import (
     SERVING,
     complete,
     metric,
+    models,
     wait_healthy,
 )
 
@@ -29,9 +29,8 @@ pytestmark = pytest.mark.lab
 
 def test_both_hosts_serve_the_staged_model(converged: Lab) -> None:
     for name, address in SERVING.items():
-        with urllib.request.urlopen(f"http://{address}:8000/v1/models", timeout=10) as r:
-            models = [m["id"] for m in json.loads(r.read())["data"]]
-        assert models == [lab_model().name], (name, models)  # its directory's name
+        served = models(address)
+        assert served == [lab_model().name], (name, served)  # its directory's name
         assert complete(address, [7] * 40)["usage"]["prompt_tokens"] == 40
         states = converged.ssh(address, "systemctl is-active vllm lmcache-server").split()
         assert states == ["active", "active"], (name, states)
@@ -86,8 +85,7 @@ def test_two_instances_on_lab3_verify_and_share_one_cache_and_the_remote_tier(
     assert states == ["active"] * 3, states
     assert converged.ssh(lab3, "systemctl is-enabled vllm-1").strip() == "enabled"
     for port in (8000, 8001):
-        with urllib.request.urlopen(f"http://{lab3}:{port}/v1/models", timeout=10) as r:
-            assert [m["id"] for m in json.loads(r.read())["data"]] == [lab_model().name]
+        assert models(lab3, port) == [lab_model().name]
 
     result = converged.deploykit("verify", "--inventory", "lab", "--json", check=False)
     findings = json.loads(result.stdout)["findings"]

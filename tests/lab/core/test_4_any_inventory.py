@@ -42,6 +42,9 @@ def write_alias_inventory(root: Path) -> Path:
     group_vars = root / "group_vars"
     host_vars.mkdir()
     shutil.copytree(lab / "group_vars", group_vars)
+    # the secrets `up` generated belong to the site as its vault does (modes kept: 0700/0600)
+    if (lab / ".deploykit-secrets").is_dir():
+        shutil.copytree(lab / ".deploykit-secrets", root / ".deploykit-secrets")
     seen: set[str] = set()
     for group, body in doc["children"].items():
         lines = [f"[{group}]"]

@@ -1,0 +1,103 @@
+"""The secrets a site's secure defaults need, and the form a generated one takes (pure).
+
+A secret the inventory or vault sets always wins. One it leaves unset on a host that needs it
+is a gap: `deploykit up` fills it from the controller's store (deploy_kit/ops/secrets_store.py),
+generating it there on first use, as kolla-genpwd does. Nothing here reads or writes a file.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import secrets
+import uuid
+from collections.abc import Callable, Mapping
+
+from pydantic import SecretStr
+
+from deploy_kit.config.site import Host, Site
+
+CONSUL_TOKENS = ("consul_acl_management_token", "consul_acl_agent_token",
+                 "consul_acl_service_token", "consul_acl_dns_token")
+# Consul wants UUIDs for ACL SecretIDs and 32 random bytes (base64) for the gossip key;
+# vLLM compares the bearer token as a string: 32 random bytes, URL-safe
+GENERATORS: dict[str, Callable[[], str]] = {
+    "vllm_api_key": lambda: secrets.token_urlsafe(32),
+    **{name: lambda: str(uuid.uuid4()) for name in CONSUL_TOKENS},
+    "consul_gossip_key": lambda: base64.b64encode(secrets.token_bytes(32)).decode(),
+}
+GENERATED = tuple(GENERATORS)
+# what a plain `up` cannot roll out after the first one: Consul keeps the bootstrap
+# management token and the gossip keyring it started with, and an agent/service/DNS token
+# `up` replaces stays valid in Consul until removed there (issue 35: rotation)
+NOT_ROTATABLE = {
+    "consul_acl_management_token": "Consul keeps the management token of its ACL bootstrap; "
+                                   "a new value would lock `up` out of the ACL API",
+    "consul_gossip_key": "Consul keeps the keyring it started with; a new key needs "
+                         "`consul keyring -install/-use/-remove` on a running cluster",
+    **{name: "`up` would add a token for the new value but leave the old one valid in Consul"
+       for name in CONSUL_TOKENS[1:]},
+}
+
+
+def generate(name: str) -> str:
+    return GENERATORS[name]()
+
+
+def _consul_agent(host: Host) -> bool:
+    # the hosts with a Consul agent (render/files.py): servers and the RGW hosts
+    return host.config.deploykit_dns_mode == "consul" and \
+        bool(host.groups & {"rgw", "consul_servers"})
+
+
+def needs(host: Host, name: str) -> bool:
+    """Whether `host`'s effective settings use secret `name`."""
+    c = host.config
+    if name == "vllm_api_key":
+        return "vllm" in host.groups and c.vllm_api_key_required
+    if name in CONSUL_TOKENS:
+        return _consul_agent(host) and c.consul_acl_enabled
+    if name == "consul_gossip_key":
+        return _consul_agent(host) and c.consul_gossip_encryption
+    raise KeyError(name)
+
+
+def is_set(host: Host, name: str) -> bool:
+    """The inventory or vault gives `name` to `host` (a locked vault value counts: its
+    source is known, its value is Ansible's to read)."""
+    return getattr(host.config, name) is not None or name in host.sources
+
+
+def used(site: Site) -> list[str]:
+    """Every generatable secret some host of the site uses (set or not)."""
+    return [n for n in GENERATED if any(needs(h, n) or (is_set(h, n) and _relevant(h, n))
+                                        for h in site.hosts.values())]
+
+
+def _relevant(host: Host, name: str) -> bool:
+    # a vllm_api_key given to a serving host is used even with vllm_api_key_required: false
+    return name == "vllm_api_key" and "vllm" in host.groups
+
+
+def gaps(site: Site) -> list[str]:
+    """The secrets some host needs and its inventory/vault leaves unset: what the store fills."""
+    return [n for n in GENERATED
+            if any(needs(h, n) and not is_set(h, n) for h in site.hosts.values())]
+
+
+def hosts_lacking(site: Site, name: str) -> list[str]:
+    return sorted(h.name for h in site.hosts.values() if needs(h, name) and not is_set(h, name))
+
+
+def fill(site: Site, values: Mapping[str, str]) -> Site:
+    """`site` with each gap a value in `values` covers: only hosts that need the secret and
+    whose inventory leaves it unset get it, so an operator's value is never replaced."""
+    hosts = dict(site.hosts)
+    for name, host in site.hosts.items():
+        update = {key: SecretStr(values[key]) for key in GENERATED
+                  if key in values and needs(host, key) and not is_set(host, key)}
+        if update:
+            hosts[name] = dataclasses.replace(host, config=host.config.model_copy(update=update))
+    if hosts == site.hosts:
+        return site
+    return dataclasses.replace(site, hosts=hosts)
