@@ -230,3 +230,60 @@ def test_destroy_deletes_only_the_marked(loopback: Loopback,  # noqa: F811
         conf, OWNER, state="absent", purge_buckets=[CACHE]))
     assert removed["changed"] is True and user(conf, OWNER) is None
     assert admin(conf, "bucket", "stats", "--bucket", CACHE).returncode != 0
+
+
+def role_play(tmp: Path, conf: Path, owner: str, bucket: str, *flags: str
+              ) -> tuple[int, str]:
+    """roles/ceph_rgw_s3 configure.yml through ansible-playbook on this host, with the
+    settings the render would give it (site.json's s3 entry from render/s3_access.py)."""
+    import os
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    config = HostConfig(ceph_rgw_s3_user=owner, deploykit_s3_bucket=bucket)
+    site = {"gateways": [ADDRESS], "lifecycle": LIFECYCLE,
+            "s3": {"owner": owner, "serving_user": f"{owner}-serving", "marker": MARK,
+                   "adopt_existing": False, "policy": bucket_policy(config),
+                   "quota_bytes": 1 << 30}}
+    playbook = tmp / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"deploykit_ceph_conf": str(conf), "ceph_rgw_s3_display_name": "role test",
+                 "deploykit_s3_port": PORT, "deploykit_s3_tls": False,
+                 "deploykit_s3_bucket": bucket, "deploykit_s3_region": "default",
+                 "_deploykit_site": site},
+        "tasks": [{"ansible.builtin.include_role": {"name": "deploykit.kvcache.ceph_rgw_s3",
+                                                     "tasks_from": "configure.yml"}}]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_LOCALHOST_WARNING": "false"}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
+                           "-e", f"ansible_python_interpreter={sys.executable}", *flags],
+                          capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_role_converges_once_then_changes_nothing(loopback: Loopback,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    conf = loopback.conf
+    planned_rc, planned = role_play(tmp_path, conf, "dk-role", "dk-role-cache", "--check")
+    assert planned_rc == 0 and user(conf, "dk-role") is None, planned[-2000:]
+    rc, first = role_play(tmp_path, conf, "dk-role", "dk-role-cache")
+    assert rc == 0 and "changed=0" not in first, first[-3000:]
+    assert user(conf, "dk-role-serving") is not None
+    stats = json.loads(admin(conf, "bucket", "stats", "--bucket", "dk-role-cache").stdout)
+    assert (stats["owner"], stats["bucket_quota"]["max_size"]) == ("dk-role", 1 << 30)
+    for flags in ((), ("--check",)):
+        rc, again = role_play(tmp_path, conf, "dk-role", "dk-role-cache", *flags)
+        assert rc == 0 and "changed=0" in again, again[-3000:]
+    secrets_ = [k["secret_key"] for uid in ("dk-role", "dk-role-serving")
+                for k in (user(conf, uid) or {})["keys"]]
+    assert secrets_ and not any(s in first + again for s in secrets_)
+    # a hand-made user of the configured name: refused, the reason shown despite no_log
+    assert admin(conf, "user", "create", "--uid", "dk-handmade", "--display-name",
+                 "someone else").returncode == 0
+    rc, refused = role_play(tmp_path, conf, "dk-handmade", "dk-handmade-cache")
+    assert rc != 0 and "not adopted" in refused, refused[-3000:]
+    assert user(conf, "dk-handmade-serving") is None
