@@ -100,8 +100,9 @@ def main() -> None:
         s3.head_bucket(Bucket=bucket)
     except ClientError as exc:
         if code(exc) in ("403", "AccessDenied"):
-            module.fail_json(msg=f"bucket {bucket} exists and belongs to another RGW user: "
-                                 "not adopted; use another bucket name")
+            module.fail_json(msg=f"bucket {bucket} exists and belongs to another RGW user "
+                                 "(or RGW refused these keys): not adopted; use another "
+                                 "bucket name")
         if code(exc) not in ("404", "NoSuchBucket"):
             module.fail_json(msg=f"HEAD bucket {bucket}: {exc}")
         created = True
