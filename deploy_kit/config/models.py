@@ -274,6 +274,8 @@ class HostConfig(BaseModel):
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
     ceph_rgw_pools_noautoscale: bool = True
+    # RGW user that owns the cache bucket (its keys stay on the admin host); the serving
+    # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
     ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0, le=36500)
