@@ -29,7 +29,6 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError, HostsUnreachable
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.openai import api_key, model_name
-from deploy_kit.transport.sigv4 import Credentials
 
 CPU_LENGTHS = [1024, 2048, 4096, 8192]
 GPU_LENGTHS = [4096, 8192, 16384, 32768, 65536, 131072]
@@ -176,46 +175,20 @@ def object_path(key: str) -> str:
     return "/" + urllib.parse.quote(key, safe="/-_.~")
 
 
-def profile_credentials(site: Site, host: Host) -> Credentials | None:
-    """The keys of the host's deployed LMCache profile (kept in memory, never printed)."""
-    import configparser
-    import shlex
-
-    from deploy_kit.config import names
-    from deploy_kit.transport.hosts import run_on
-
-    c = host.config
-    try:
-        text = run_on(site, host, f"cat {shlex.quote(names.credentials_path(c))} 2>/dev/null")
-        parser = configparser.ConfigParser()
-        parser.read_string(text)
-        section = parser[names.aws_profile(c)]
-        return Credentials(section["aws_access_key_id"], section["aws_secret_access_key"])
-    except Exception:  # no file, no section, host unreachable
-        return None
-
-
 class SiteTier:
-    """Restarts through Ansible (systemctl); the bucket with a serving host's deployed profile
-    (else the S3 user's keys from RGW)."""
+    """Restarts through Ansible (systemctl); the bucket with its owner's keys, read from RGW
+    on the admin host: the serving hosts' identity may not delete chunks (its bucket policy,
+    render/s3_access.py), and the purge between lengths must."""
 
-    def __init__(self, site: Site, hosts: dict[str, Host], reader: Host,
-                 prefixes: list[str], since: datetime.datetime) -> None:
-        from deploy_kit.cache.store import Bucket, open_bucket
+    def __init__(self, site: Site, hosts: dict[str, Host], prefixes: list[str],
+                 since: datetime.datetime) -> None:
+        from deploy_kit.cache.store import open_bucket
 
         self.site, self.hosts = site, hosts
         # a live bucket: only this model's keys, written since the run began (less a minute
         # of clock skew between the controller and RGW), are listed, and only those purged
         self.prefixes, self.since = prefixes, since - datetime.timedelta(seconds=60)
-        s = site.settings
-        creds = profile_credentials(site, reader)
-        rgw = site.group("rgw")
-        if creds is not None and rgw:
-            self.bucket = Bucket(address=rgw[0].address, port=s.deploykit_s3_port,
-                                 host=f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}",
-                                 region=s.deploykit_s3_region, credentials=creds)
-        else:
-            self.bucket = open_bucket(site)
+        self.bucket = open_bucket(site)
 
     def restart(self, target: Target) -> None:
         from deploy_kit.config.instances import instances
@@ -321,7 +294,7 @@ def run(site: Site, site_name: str, lengths: list[int] | None, repeats: int, out
     now = datetime.datetime.now(datetime.UTC)
     run_id = now.strftime("%Y%m%dT%H%M%SZ") + f"-{os.urandom(2).hex()}"
     by_name = {h.name: h for h, _ in answering}
-    tier = SiteTier(site, by_name, host_a, run_prefixes(host_a, a.model), now)
+    tier = SiteTier(site, by_name, run_prefixes(host_a, a.model), now)
     results, purged, notes = run_protocol(
         a, b, chosen, repeats, tier, max_tokens=max_tokens, token_ids=token_ids,
         run_id=run_id, ready_timeout=float(c.vllm_health_timeout), log=log)

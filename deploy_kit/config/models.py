@@ -274,9 +274,17 @@ class HostConfig(BaseModel):
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
     ceph_rgw_pools_noautoscale: bool = True
+    # RGW user that owns the cache bucket (its keys stay on the admin host); the serving
+    # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
     ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0, le=36500)
+    # RGW bucket quota in bytes; unset: the bytes `plan` computes for
+    # deploykit_cache_target_tokens; 0: no quota (then lifecycle days must not be 0)
+    ceph_rgw_s3_quota_bytes: int | None = Field(default=None, ge=0, le=2**62)
+    # adopt (mark, manage and, with down --yes-i-really-mean-it, delete) an RGW user or
+    # bucket of the configured names that deploykit did not create; off: refused
+    ceph_rgw_s3_adopt_existing: bool = False
     # deploykit's own per-host HAProxy by default: no upstream Ceph release up to 20.2.4 has
     # the cephadm RGW spec `concentrator` fields (downstream IBM Storage Ceph 8.1 does), so
     # `cephadm` is an explicit opt-in for such builds (deploy_kit/data/compat.yaml).

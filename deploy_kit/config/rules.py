@@ -16,6 +16,7 @@ from typing import Any
 
 from deploy_kit.config import (
     fit,
+    rules_cache,
     rules_downloads,
     rules_monitoring,
     rules_network,
@@ -1067,4 +1068,4 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
 
 # rule families kept in modules of their own (they import nothing from this one)
 RULES += [*rules_paths.RULES, *rules_network.RULES, *rules_downloads.RULES,
-          *rules_monitoring.RULES]
+          *rules_monitoring.RULES, *rules_cache.RULES]

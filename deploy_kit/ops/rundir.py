@@ -26,7 +26,7 @@ from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
-from deploy_kit.render import tls, vllm
+from deploy_kit.render import s3_access, tls, vllm
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
@@ -187,6 +187,8 @@ def site_facts(site: Site) -> dict[str, Any]:
         "ceph": {"concentrator": not deploykit_manages_concentrator(s),
                  "noautoscale_flag": table.has_noautoscale_flag, "release": table.release},
         "lifecycle": lifecycle_rules(s),
+        # serving identity, its bucket policy, the ownership marker, the bucket quota
+        "s3": s3_access.site_facts(site),
         # service addresses of the gateway hosts, inventory order (bucket setup uses the first)
         "gateways": [h.address for h in site.hosts.values() if "rgw" in h.groups],
         # cephadm mode: how many RGW daemons the applied spec must run

@@ -139,6 +139,11 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     return plans
 
 
+def cache_bytes(site: Site) -> int:
+    """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known)."""
+    return sum(m.storage_bytes for m in _model_plans(site))
+
+
 def serving_groups(site: Site) -> list[ServingGroupPlan]:
     """Hosts that predict alike: same model, parallelism, KV dtype, device, measured
     TFLOPS and storage bandwidth."""

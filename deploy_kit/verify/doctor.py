@@ -7,8 +7,9 @@ import re
 
 SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"401|403|unauthori[sz]ed|access ?denied|signaturedoesnotmatch|invalidaccesskeyid",
-     "the S3 keys are wrong: RGW user keys, not the Ceph admin key",
-     ("s3-credentials-valid", "lmcache-s3-settings")),
+     "the S3 keys are wrong: RGW user keys, not the Ceph admin key; or the serving "
+     "identity lacks the bucket policy's grants (rerun `deploykit up`)",
+     ("s3-credentials-valid", "lmcache-s3-settings", "s3-serving-least-privilege")),
     (r"local proxy failed|connection refused|socket|unreachable|timed? ?out|dns",
      "the endpoint is unreachable: concentrator down, too few DNS records, or resolver",
      ("s3-concentrator-reachable", "dns-answer-count", "dns-client-resolution",

@@ -30,6 +30,7 @@ from deploy_kit.verify.probes import (
     consul_probe,
     dns_probe,
     http_probe,
+    privilege_probe,
     remote_probe,
     s3_probe,
     serving_probe,
@@ -208,6 +209,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
         if admin:
             obs.pools, obs.rgw_daemons, obs.ceph_version, obs.ceph_error = \
                 ceph_probe.parse(admin[0], shell[len(serving)])
+            obs.lifecycle = ceph_probe.lifecycle(shell[len(serving)])
         obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site), rgw_reached)
     return obs
 
@@ -246,10 +248,15 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
                                    error="no credentials profile on the host"))
     if good is None:
         return results
+    source = next(r.credentials_from for r in results if r.auth_status == 200)
+    obs.privilege = privilege_probe.probe(healthy[0], port, host_header, region, good, source,
+                                          context)
     trips = [pool.submit(s3_probe.roundtrip,
                          S3Probe(address=a, host_header=host_header,
                                  credentials_from="round trip", purpose="roundtrip"),
-                         port, region, good, size, i == 0, context)
+                         # the lifecycle with the serving identity only where the admin
+                         # host's read is missing (--limit): it is refused without the policy
+                         port, region, good, size, i == 0 and obs.lifecycle is None, context)
              for i, a in enumerate(healthy)]
     return results + [t.result() for t in trips]
 

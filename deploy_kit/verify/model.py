@@ -81,6 +81,21 @@ class S3Probe:
 
 
 @dataclass
+class PrivilegeProbe:
+    """The serving identity against the bucket (probes/privilege_probe.py)."""
+
+    address: str
+    credentials_from: str
+    put: int | None = None  # PUT of a probe object
+    get: int | None = None  # GET of it
+    head_missing: int | None = None  # HEAD of a key that does not exist: 404 (not 403)
+    # bucket-level changes and a chunk delete -> HTTP status (403: refused)
+    refused: dict[str, int | None] = field(default_factory=dict)
+    cleanup: int | None = None  # DELETE of the probe object (its prefix is allowed)
+    error: str | None = None
+
+
+@dataclass
 class ServingPlan:
     """What the inventory says one serving host runs (its own validated settings)."""
 
@@ -279,6 +294,9 @@ class Observation:
     dns: list[DnsAnswer] = field(default_factory=list)
     concentrators: list[Concentrator] = field(default_factory=list)
     s3: list[S3Probe] = field(default_factory=list)
+    privilege: PrivilegeProbe | None = None  # the serving identity's rights on the bucket
+    # the bucket's lifecycle rules as the admin host reads them (owner rights stay there)
+    lifecycle: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None
     rgw_daemons: int | None = None
     ceph_version: str | None = None

@@ -17,6 +17,7 @@ from deploy_kit.verify.model import (
     Concentrator,
     DnsAnswer,
     Observation,
+    PrivilegeProbe,
     S3LogEvent,
     S3Probe,
     ServingHost,
@@ -97,6 +98,10 @@ def healthy() -> Observation:
                                   "Prefix": "", "Expiration": {"Days": 1},
                                   "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}],
                       anonymous_bucket="lmcache", credentials_from="round trip")]
+    obs.privilege = PrivilegeProbe(
+        address=RGW[0], credentials_from="gpu1", put=200, get=200, head_missing=404,
+        refused={"PutBucketPolicy": 403, "PutBucketLifecycle": 403, "DeleteBucket": 403,
+                 "DeleteObject (a chunk)": 403}, cleanup=204)
     obs.pools = [{"pool_name": "p.data", "pg_num": 32, "size": 1, "min_size": 1,
                   "application_metadata": {"rgw": {}}}]
     obs.rgw_daemons = 4
@@ -257,6 +262,9 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("s3-roundtrip", _roundtrip_unreachable, "lmcache.s3.t.test via", "no answer to the PUT"),
     ("s3-vhost-routing", lambda o: setattr(o.s3[1], "anonymous_bucket", ""), RGW[0],
      "no bucket"),
+    ("s3-serving-least-privilege",
+     lambda o: o.privilege.refused.update(PutBucketPolicy=400) if o.privilege else None,
+     f"gpu1 → {RGW[0]}", "PutBucketPolicy HTTP 400"),
     ("ceph-pools", lambda o: o.pools[0].update(size=3) if o.pools else None, "p.data",
      "size 3 (planned 1)"),
     ("ceph-rgw-daemons", lambda o: setattr(o, "rgw_daemons", 3), "rgw", "3 of 4"),

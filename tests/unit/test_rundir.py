@@ -37,7 +37,8 @@ def test_role_tree_is_render_without_secrets_plus_settings(
         assert settings["_deploykit_files"] == sorted(
             p for p, f in full[name].items() if not f.secret)
     facts = json.loads(tree["_cluster"][SITE_PATH].content)
-    assert set(facts) == {"ceph", "lifecycle", "gateways", "dns_servers", "rgw_daemons"}
+    assert set(facts) == {"ceph", "lifecycle", "gateways", "dns_servers", "rgw_daemons",
+                          "s3"}
 
 
 def test_roles_get_service_addresses_never_an_ssh_alias(

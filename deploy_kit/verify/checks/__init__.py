@@ -8,6 +8,7 @@ from deploy_kit.verify.checks import (  # noqa: F401
     dns,
     remote_tier,
     s3,
+    s3_privilege,
     serving,
     tls,
 )

@@ -18,6 +18,10 @@ def script(admin: Host) -> str:
     # `echo` before each marker: Ceph's JSON output has no trailing newline
     return (f"echo '### pools'; ceph --conf {conf} osd pool ls detail -f json; "
             f"echo; echo '### status'; ceph --conf {conf} -s -f json; "
+            # the bucket's lifecycle with the owner's rights, which stay on this host (the
+            # serving identity may not read it); before `version`, whose status the script's is
+            f"echo; echo '### lifecycle'; radosgw-admin --conf {conf} lc get --bucket "
+            f"{shlex.quote(admin.config.deploykit_s3_bucket)} 2>/dev/null; "
             f"echo; echo '### version'; ceph --conf {conf} version")
 
 
@@ -36,3 +40,28 @@ def parse(admin: Host, result: ShellResult) -> CephState:
 
 def probe(site: Site, admin: Host) -> CephState:
     return parse(admin, run_many(site, [(admin, script(admin))], TIMEOUT)[0])
+
+
+def lifecycle(result: ShellResult) -> list[dict[str, Any]] | None:
+    """`radosgw-admin lc get` -> the S3 rules boto3 would return ([]: none; None: unread)."""
+    if result.error is not None:
+        return None
+    try:
+        text = sections(result.text(check=False)).get("lifecycle", "").strip()
+        if not text:
+            return []
+        rules = []
+        for entry in json.loads(text).get("rule_map", []):
+            r = entry["rule"]
+            rule: dict[str, Any] = {"ID": r["id"], "Status": r["status"],
+                                    "Filter": {"Prefix": r.get("filter", {}).get(
+                                        "prefix", r.get("prefix", ""))}}
+            if (r.get("expiration") or {}).get("days"):
+                rule["Expiration"] = {"Days": int(r["expiration"]["days"])}
+            if (r.get("mp_expiration") or {}).get("days"):
+                rule["AbortIncompleteMultipartUpload"] = {
+                    "DaysAfterInitiation": int(r["mp_expiration"]["days"])}
+            rules.append(rule)
+        return rules
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

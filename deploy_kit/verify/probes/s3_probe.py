@@ -10,10 +10,12 @@ import ssl
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from deploy_kit.render.s3_access import PROBE_PREFIX
 from deploy_kit.transport.sigv4 import Credentials, request
 from deploy_kit.verify.model import S3Probe
 
-OBJECT_PREFIX = "/deploykit-verify-probe"
+# the one prefix the serving identity may delete (its bucket policy)
+OBJECT_PREFIX = f"/{PROBE_PREFIX}"
 
 
 def _tag(element: ET.Element) -> str:

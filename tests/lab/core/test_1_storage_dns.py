@@ -117,6 +117,19 @@ def test_secret_key_appears_in_no_output_or_run_record(converged: Lab) -> None:
         "group_vars/all/lab.yml").read_bytes()
 
 
+def test_bucket_is_bounded_by_plans_quota(converged: Lab) -> None:
+    from deploy_kit.config.open import open_site
+    from deploy_kit.render.s3_access import quota_bytes
+
+    expected = quota_bytes(open_site(str(LAB_INVENTORY)))
+    stats = json.loads(subprocess.run(
+        ["radosgw-admin", "--conf", "/var/lib/deploykit-lab/ceph/ceph.conf", "bucket", "stats",
+         "--bucket", "lmcache"], check=True, capture_output=True, text=True).stdout)
+    assert stats["owner"] == "lmcache"
+    assert expected > 0 and (stats["bucket_quota"]["enabled"],
+                             stats["bucket_quota"]["max_size"]) == (True, expected)
+
+
 def test_lab_status_reports_up(lab: Lab) -> None:
     result = lab.deploykit("lab", "status", "--json")
     assert json.loads(result.stdout)["up"] is True

@@ -41,7 +41,9 @@ def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
                   "s3-roundtrip", "s3-vhost-routing", "ceph-pools", "ceph-rgw-daemons",
                   "lmcache-chunk-aligned", "lmcache-fleet-consistent", "lmcache-s3-settings",
                   "lmcache-remote-url", "vllm-connector-name",
-                  "dns-resolver-points-at-coredns", "dns-client-resolution"):
+                  "dns-resolver-points-at-coredns", "dns-client-resolution",
+                  # the serving identity: objects yes, bucket-level changes refused (403)
+                  "s3-serving-least-privilege", "s3-bucket-lifecycle"):
         assert statuses.get(check) == "pass", (check, statuses.get(check))
     # lab3 (two instances) and lab4 serve for real (vLLM on CPU + an LMCache server each):
     # nothing is skipped
@@ -52,6 +54,24 @@ def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
         [f for f in findings if f["status"] == "skip"]
     roundtrips = [f for f in findings if f["check"] == "s3-roundtrip"]
     assert len(roundtrips) == 2  # one per gateway host, through lmcache.s3.lab.test
+
+
+def test_serving_hosts_hold_the_serving_identity_not_the_owners(converged: Lab) -> None:
+    import subprocess
+
+    from tests.lab.conftest import CEPH_CONF
+
+    def access_key(uid: str) -> str:
+        info = json.loads(subprocess.run(
+            ["radosgw-admin", "--conf", CEPH_CONF, "user", "info", "--uid", uid],
+            check=True, capture_output=True, text=True).stdout)
+        assert info["display_name"].endswith("[deploykit-site=lab]"), info["display_name"]
+        return str(info["keys"][0]["access_key"])
+
+    owner, serving = access_key("lmcache"), access_key("lmcache-serving")
+    for address in (LAB3, LAB4):
+        profile = converged.ssh(address, f"cat {CFG}/aws/credentials")
+        assert serving in profile and owner not in profile, address
 
 
 def test_stopped_concentrator_is_named(converged: Lab) -> None:
