@@ -521,7 +521,9 @@ def run_commands(case: Case, root: Path, out: Path, work: Path) -> list[Result]:
     return [Result(*r) for r in json.loads(proc.stdout)]
 
 
-def write(root: Path, files: Files) -> None:
+def write(root: Path, files: Files, fold: bool = True) -> None:
+    """Write a case's files; `fold`: a group_vars/<g>.yml beside a group_vars/<g>/ directory
+    moves into it (Ansible never reads the .yml then), unless the case is about exactly that."""
     for rel, content in files.items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -531,7 +533,19 @@ def write(root: Path, files: Files) -> None:
             target.write_text(content)
         else:
             target.write_text(yaml.safe_dump(content, allow_unicode=True))
-    fold_shadowed_vars_files(root)
+    if fold:
+        fold_shadowed_vars_files(root)
+
+
+def assert_control_validates(mutate: Mutation, tmp_path: Path) -> None:
+    """A valid inventory (a control) built from the base site: `validate` exits 0."""
+    root = tmp_path / "inv"
+    root.mkdir()
+    files = base_files()
+    mutate(files, root)
+    write(root, files)
+    result = run_cli("validate", "-i", str(root), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def snapshot(top: Path) -> set[str]:

@@ -43,6 +43,7 @@ from tests.unit.test_bad_inventories import (
     raw,
     run_commands,
     snapshot,
+    write,
 )
 
 VF = "group_vars/vllm.yml"
@@ -241,27 +242,13 @@ CONTROLS = [
 ]
 
 
-def write(root: Path, files: Files) -> None:
-    """As test_bad_inventories writes a case, but leaving shadowed files where they are
-    (these cases are about which one Ansible reads)."""
-    for rel, content in files.items():
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        elif isinstance(content, str):
-            target.write_text(content)
-        else:
-            target.write_text(yaml.safe_dump(content, allow_unicode=True))
-
-
 def run_case(case: Case, tmp_path: Path) -> tuple[list[Any], str]:
     work = tmp_path / "case"
     root = work / "inv"
     root.mkdir(parents=True)
     files = base_files()
     case.mutate(files, root)
-    write(root, files)
+    write(root, files, fold=False)
     before = snapshot(tmp_path)
     results = run_commands(case, root, work / "out", work)
     text = "".join(r.stdout + r.stderr for r in results)
