@@ -169,6 +169,28 @@ def _vault_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> VaultText:
 StrictLoader.add_constructor("!vault", _vault_constructor)
 
 
+class YAML11Int(int):
+    """An integer YAML 1.1 (PyYAML, so Ansible) reads from a spelling other readers take
+    differently: base 60 (`1:20` is 80, YAML 1.2 text) or a leading zero (`017500` is
+    octal 8000, YAML 1.2 decimal 17500). `written` is the text as in the file; the
+    per-setting edge rule refuses it in a deploykit setting (other keys keep the int)."""
+
+    written: str
+
+
+def _int_constructor(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    value: int = loader.construct_yaml_int(node)  # type: ignore[arg-type]
+    text = str(node.value).replace("_", "").lstrip("+-")
+    if ":" in text or (len(text) > 1 and text[0] == "0" and text[1] not in "xXbB"):
+        marked = YAML11Int(value)
+        marked.written = str(node.value)
+        return marked
+    return value
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", _int_constructor)
+
+
 class UnsafeText(str):
     """A string under Ansible's `!unsafe` tag: Ansible never templates it, so deploykit
     takes it as the literal it is (`{{` in it is text, not Jinja)."""

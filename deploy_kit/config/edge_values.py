@@ -86,6 +86,11 @@ def anywhere_problem(value: Any, depth: int = 0) -> str | None:
 def edge_value_problem(value: Any, kind: str) -> str | None:
     """Why `value` cannot be a setting of this kind as written, or None (then pydantic
     validates it as usual)."""
+    written = getattr(value, "written", None)  # safe_read.YAML11Int
+    if isinstance(value, int) and isinstance(written, str):
+        return (f"is written {written[:20]!r}, which YAML 1.1 (Ansible) reads as {value} "
+                f"({'base 60' if ':' in written else 'octal'}) and YAML 1.2 otherwise|write "
+                "the number in plain decimal, without a leading zero")
     if kind == "other":
         return anywhere_problem(value)
     if isinstance(value, str) and ("{{" in value or "{%" in value):
