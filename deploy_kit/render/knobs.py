@@ -222,6 +222,10 @@ def _fix(setting: str, what: str) -> str:
     return f"remove it and set {settings} (deploykit renders {what} from it)"
 
 
+# LMCache loads its whole configuration from this file when it is set
+CONFIG_FILE_ENV = "LMCACHE_CONFIG_FILE"
+
+
 @rule
 def knobs_do_not_override(site: Site) -> Iterator[Problem]:
     """An owned flag, variable or key inside a pass-through knob is refused, naming the
@@ -244,6 +248,15 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
                               value.get("kv_connector_extra_config") or {}
                               if knob == "vllm_kv_transfer_extra")]
             for key in keys:
+                if knob == "vllm_extra_env" and key == CONFIG_FILE_ENV and key not in table:
+                    # like `--config FILE`: every LMCache key, from a file never checked
+                    # (read by the vLLM side in every topology, the server's included)
+                    yield Problem(_src(site, host, knob), f"{knob}.{key}",
+                                  "sets LMCache options from a file deploykit never checks, "
+                                  "overriding the ones it renders",
+                                  "remove it: give the options as settings or "
+                                  "lmcache_extra_config", hosts=(host.name,))
+                    continue
                 if key in table and key.split(".")[-1] not in _ELSEWHERE and \
                         not _SECRET_NAME.search(key) and \
                         (knob != "vllm_extra_env" or key.startswith("LMCACHE_") or
