@@ -128,10 +128,12 @@ IDENTITY_KEYS = tuple(k for k in ("lmcache_remote_serde", "vllm_dtype", "vllm_ro
                       if k in HostConfig.model_fields)
 
 
-def _weight(site: Site, members: list[Host], key: str) -> tuple[int, int]:
+def _weight(site: Site, members: list[Host], key: str) -> tuple[int, int, int]:
     """How much a value is the fleet's: its hosts, then (a tie) fewest set in host_vars/
-    (the odd one out is the per-host override)."""
-    return len(members), -sum("host_vars" in _src(site, h, key) for h in members)
+    (the odd one out is the per-host override), then most left at the default (a value
+    set in hosts.yml for one host is the override, not the default it differs from)."""
+    return (len(members), -sum("host_vars" in _src(site, h, key) for h in members),
+            sum(key not in h.sources for h in members))
 
 
 def _chunk_hash_problems(site: Site, host: Host, table: compat.LMCacheCompat
