@@ -64,7 +64,13 @@ UNPRIVILEGED_PORTS = {
     "monitoring_alertmanager_port": "Alertmanager",
     "monitoring_node_exporter_port": "the node exporter",
 }
-_DURATION = r"^[1-9]\d{0,5}(s|m|h)$"  # a Prometheus duration deploykit writes into rules
+# a Prometheus duration deploykit writes into rules and the config, in Prometheus's own
+# syntax (`15s`, `1d`, `1m30s`: units in descending order, each at most once); whole
+# seconds (no `ms`). A zero total is refused by rules_monitoring.
+_DURATION_UNITS = ("y", "w", "d", "h", "m", "s")
+_DURATION = "^(?:" + "|".join(
+    rf"\d{{1,6}}{u}" + "".join(rf"(?:\d{{1,6}}{v})?" for v in _DURATION_UNITS[i + 1:])
+    for i, u in enumerate(_DURATION_UNITS)) + ")$"
 # Pinned versions: a release, never `latest`, a range, a URL or shell text. Consul, CoreDNS
 # and Ceph release as X.Y.Z; vLLM and LMCache as PEP 440 public versions (no local `+tag`:
 # PyPI has none). compat.yaml then says which releases deploykit supports.

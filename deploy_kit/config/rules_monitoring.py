@@ -23,14 +23,17 @@ RULES, rule = collector()
 RETENTION_S = 15 * 86400
 # HAProxy's `timeout server` (templates/haproxy.cfg.j2): no answer is timed above it
 HAPROXY_SERVER_TIMEOUT_S = 300
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+_UNITS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1,
+          "ms": 0.001}
+_PART = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 
 
 def seconds(duration: str) -> float:
-    number = re.match(r"\d+", duration)
-    if number is None:
+    """A Prometheus (or Consul) duration in seconds: `15s`, `500ms`, `1d`, `1m30s`."""
+    parts = _PART.findall(duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
         raise ValueError(duration)
-    return int(number.group()) * _UNITS[duration[number.end():]]
+    return sum(int(n) * _UNITS[u] for n, u in parts)
 
 
 @functools.cache
@@ -45,6 +48,11 @@ def shortest_rate_window() -> float:
 def _monitoring_problems(site: Site) -> Iterator[Problem]:
     """The rules and config are rendered once for the site (site.settings)."""
     c = site.settings
+    for key in ("monitoring_scrape_interval", "monitoring_hit_ratio_for"):
+        if getattr(c, key) and seconds(getattr(c, key)) == 0:
+            yield Problem(site.settings_source(key), key, f"{getattr(c, key)} is zero "
+                          "(Prometheus refuses it)", "give a positive duration, e.g. 15s")
+            return
     if c.monitoring_scrape_interval:
         interval = seconds(c.monitoring_scrape_interval)
         window = shortest_rate_window()

@@ -178,8 +178,9 @@ def gateway_count(site: Site) -> int:
 # --- alert rules ------------------------------------------------------------------------
 
 def _seconds(duration: str) -> int:
-    number, unit = int(duration[:-1]), duration[-1]
-    return number * {"s": 1, "m": 60, "h": 3600}[unit]
+    from deploy_kit.config.rules_monitoring import seconds  # one parser of the syntax
+
+    return int(seconds(duration))
 
 
 def _minutes(duration: str) -> int:
