@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +30,12 @@ from deploy_kit.config.site import Site
 from deploy_kit.core.errors import DeployKitError, Problem
 from deploy_kit.render import tls as names
 from deploy_kit.safe_read import UnreadableFile, read_bytes
+
+# cryptography deprecates DSA and warns on every use of its classes: deploykit only names a
+# DSA key to refuse it, so the classes are looked up once, without a warning on stderr
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    DSA_PRIVATE, DSA_PUBLIC = dsa.DSAPrivateKey, dsa.DSAPublicKey
 
 MAX_PEM_BYTES = 1 << 20
 MIN_RSA_BITS = 2048
@@ -87,7 +94,7 @@ def _load_key(path: Path, found: list[tuple[str, str, str]],
     except (OSError, UnreadableFile, ValueError, TypeError) as exc:
         found.append((KEY, f"cannot load the CA key {path}: {_reason(exc)}", PEM_HINT))
         return None
-    if isinstance(key, dsa.DSAPrivateKey) or not isinstance(key, signing):
+    if isinstance(key, DSA_PRIVATE) or not isinstance(key, signing):
         found.append((KEY, f"the CA key {path} is a {type(key).__name__}: it cannot sign "
                       "certificates here", "an EC (P-256 or larger), RSA (2048 bits or "
                       "more) or Ed25519 CA key"))
@@ -122,7 +129,7 @@ def _cert_problems(site: Site, cert: x509.Certificate, path: Path
     elif isinstance(public, ec.EllipticCurvePublicKey) and public.curve.name not in CURVES:
         found.append((CERT, f"{path} has an EC key on {public.curve.name}, which TLS clients "
                       "do not trust", "give a CA on P-256, P-384 or P-521"))
-    elif isinstance(public, dsa.DSAPublicKey):
+    elif isinstance(public, DSA_PUBLIC):
         found.append((CERT, f"{path} has a DSA key, which TLS 1.2+ clients refuse",
                       "give an EC (P-256), RSA (2048+) or Ed25519 CA"))
     try:
