@@ -111,6 +111,22 @@ def _adds(sources: list[Path]) -> bool:
         for name, group in inventory.groups.items())
 
 
+def _no_host_problem(inventory: Any, sources: list[Path], named: str) -> Problem:
+    """No host at all: name the sources Ansible could not parse (a script printing no
+    JSON, an INI line it cannot read), never its error text, which may quote a value."""
+    parsed = {str(p) for p in getattr(getattr(inventory, "_inventory", None),
+                                      "processed_sources", [])}
+    unparsed = [f for p in sources for f in (directory_sources(p) if p.is_dir() else [p])
+                if str(f) not in parsed]
+    fix = f"check it with `ansible-inventory {named} --graph -vvv`"
+    if len(unparsed) == 1:
+        return Problem(str(unparsed[0]), "(inventory source)", "Ansible could not parse it "
+                       "with any inventory plugin, and found no host", fix)
+    names = ", ".join(f.name for f in unparsed[:5])
+    why = f" (it could not parse {names})" if unparsed else ""
+    return Problem(str(sources[0]), "(inventory)", f"Ansible found no host in it{why}", fix)
+
+
 def _read(sources: list[Path], vault: VaultSecrets) -> dict[str, Any]:
     """Ansible's view of the sources as plain JSON (runs in the bounded child)."""
     from ansible.errors import AnsibleError
@@ -136,8 +152,7 @@ def _read(sources: list[Path], vault: VaultSecrets) -> dict[str, Any]:
         inventory = InventoryManager(loader=loader, sources=[str(s) for s in sources])
         found = inventory.get_hosts()
         if not found:
-            problems.append(Problem(str(source), "(inventory)", "Ansible found no host in it",
-                                    f"check it with `ansible-inventory {named} --graph`"))
+            problems.append(_no_host_problem(inventory, sources, named))
             return done(broken=True)
         # the group_vars/host_vars files Ansible is about to read, read first as deploykit
         # reads its own (regular files, size, links, aliases, numbers): a bad one is named

@@ -177,8 +177,8 @@ CASES = [
         "inventory.sh", "#!/bin/sh\nexec yes '{\"a\": 1}'\n")), "inv", "(inventory)",
          env=FAST, bounded=True),
     Case("script-fails", chain(drop("hosts.yml"), script(
-        "inventory.sh", "#!/bin/sh\necho broken >&2\nexit 2\n")), "inv", "(inventory)",
-         bounded=True),
+        "inventory.sh", "#!/bin/sh\necho broken >&2\nexit 2\n")), "inventory.sh",
+         "(inventory source)", bounded=True),
     # --- class 10: edge values reaching the YAML reader ----------------------------------
     Case("huge-integer-setting", raw(VF, "vllm_port: " + "9" * 5000 + "\n"), VF, "vllm_port"),
     Case("huge-integer-other-key", raw(VF, "my_number: " + "9" * 5000 + "\n"), VF,
