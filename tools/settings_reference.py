@@ -137,7 +137,9 @@ def _constraints(metadata: list[Any]) -> str:
                              f"{symbol} {value}")
         pattern = getattr(item, "pattern", None)
         if isinstance(pattern, str):
-            words.append(f"matches `{pattern}`")
+            from deploy_kit.config.models import PATTERN_WORDS  # a long pattern, in words
+
+            words.append(PATTERN_WORDS.get(pattern, f"matches `{pattern}`"))
     return ", ".join(words)
 
 
