@@ -107,9 +107,10 @@ def _identities(name: str, rh: RawHost) -> list[tuple[tuple[str, ...], str]]:
     connection = _literal(v.get("ansible_connection")) or "ssh"
     port = _literal(v.get("ansible_port", v.get("ansible_ssh_port"))) or "22"
     keys: list[tuple[tuple[str, ...], str]] = []
-    if connection == "local":
-        keys.append((("local",), "ansible_connection"))  # every `local` host: the controller
-    else:
+    # a `local` host runs on the controller whatever its ansible_host, so only its service
+    # address tells it apart: several of them with their own addresses are hosts simulated
+    # on one machine (loopback test sites), not one host listed twice
+    if connection != "local":
         keys += [(("via", connection, form, port.strip()), target_key)
                  for form in machine_names(target)]
     address = _literal(v.get("deploykit_address"))
