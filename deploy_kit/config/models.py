@@ -72,7 +72,7 @@ _DURATION = "^(?:" + "|".join(
     rf"\d{{1,6}}{u}" + "".join(rf"(?:\d{{1,6}}{v})?" for v in _DURATION_UNITS[i + 1:])
     for i, u in enumerate(_DURATION_UNITS)) + ")$"
 # patterns too long to read in docs/settings.md, in words
-PATTERN_WORDS = {_DURATION: "a Prometheus duration in whole seconds (`15s`, `1d`, `1m30s`)"}
+PATTERN_WORDS = {_DURATION: "a Prometheus duration in whole seconds: `15s`, `1d`, `1m30s`"}
 # Pinned versions: a release, never `latest`, a range, a URL or shell text. Consul, CoreDNS
 # and Ceph release as X.Y.Z; vLLM and LMCache as PEP 440 public versions (no local `+tag`:
 # PyPI has none). compat.yaml then says which releases deploykit supports.
