@@ -197,3 +197,18 @@ def test_the_render_play_issues_only_outside_check_mode(make_inventory: Inventor
     plain = run_cli("render", "-i", str(root), "-o", str(tmp_path / "o3"))
     assert plain.returncode == 0, plain.stderr
     assert not (root / ".deploykit-tls" / "consul" / "c1.pem").exists()
+
+
+def test_the_role_installs_the_key_0600_without_logging_it() -> None:
+    import yaml
+
+    from tests.conftest import REPO
+
+    tasks = yaml.safe_load((REPO / "roles" / "consul" / "tasks" / "configure.yml").read_text())
+    (key,) = [t for t in tasks if t.get("ansible.builtin.copy", {}).get("src")
+              == "{{ _consul_tls_pem_src }}"]
+    assert key["no_log"] is True and key["diff"] is False
+    assert key["ansible.builtin.copy"]["mode"] == "0600"
+    assert key["ansible.builtin.copy"]["owner"] == "consul"
+    assert "Schedule a Consul restart" in key["notify"]
+    assert key["when"] == "consul_tls_enabled | bool"
