@@ -250,20 +250,24 @@ def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
     nothing). Check mode (`scratch`): nothing is written beside the inventory; what would
     be created or issued is made in `scratch` instead and reported, and the returned
     sources tell the rendered tree to copy from there."""
+    from deploy_kit.ops.consul_tls import check_consul_tls, ensure_consul_tls
     from deploy_kit.ops.tls import check_site_tls, ensure_site_tls
     from deploy_kit.render import tls
 
     if scratch is None:
-        for issued in ensure_site_tls(site):
+        for issued in [*ensure_site_tls(site), *ensure_consul_tls(site)]:
             if issued.action == "issued":
                 console().print(f"TLS: issued the certificate of {issued.host} (valid until "
                                 f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
         return None
     would, sources = check_site_tls(site, scratch)
+    consul_would, sources = check_consul_tls(site, scratch, sources)
+    would += consul_would
     tls_dir = tls.tls_dir(site.root, site.settings)
     for issued in would:
         if issued.action == "would create":
-            console().print(f"TLS (check mode): would create the site CA {issued.path}")
+            console().print(f"TLS (check mode): would create the {issued.host.strip('()')} "
+                            f"{issued.path}")
         elif issued.action == "would issue":
             console().print(f"TLS (check mode): would issue the certificate of "
                             f"{issued.host} in {tls_dir}")

@@ -110,7 +110,9 @@ def _moved(sources: Sources, scratch: Path, target: Path) -> Sources:
     def at(path: Path) -> Path:
         return target / path.relative_to(scratch) if path.is_relative_to(scratch) else path
 
-    return Sources(at(sources.ca_cert), {h: at(p) for h, p in sources.host_pems.items()})
+    return Sources(at(sources.ca_cert), {h: at(p) for h, p in sources.host_pems.items()},
+                   at(sources.consul_ca) if sources.consul_ca else None,
+                   {h: at(p) for h, p in sources.consul_pems.items()})
 
 
 def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,

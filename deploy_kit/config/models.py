@@ -376,6 +376,11 @@ class HostConfig(BaseModel):
     # false: an explicit opt-out that `plan` warns about
     consul_gossip_encryption: bool = True
     consul_gossip_key: SecretStr | None = None  # `consul keygen`: base64 of 32 bytes
+    # mutual TLS on Consul's internal RPC (agents to servers, servers to servers): a Consul
+    # CA of deploykit's own (beside the site CA, name-constrained to `consul`) issues each
+    # agent a certificate on `up`; servers must present server.<datacenter>.consul. The HTTP
+    # API stays plain on loopback. Off by default (opt-in: docs/security.md says why)
+    consul_tls_enabled: bool = False
     resolver_manage: bool = True
 
     # --- lmcache ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.render import consul_tls
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
 from deploy_kit.render.vllm import host_instances, secret_env_path
@@ -32,6 +33,10 @@ def role_paths(host: Host) -> dict[str, Any]:
     return {
         "_consul_binary_path": names.CONSUL_BINARY_PATH,
         "_consul_secrets_path": names.CONSUL_SECRETS_PATH,
+        # consul_tls_enabled: the Consul CA and this agent's certificate + key
+        "_consul_tls_dir": consul_tls.HOST_DIR,
+        "_consul_tls_ca_path": consul_tls.HOST_CA,
+        "_consul_tls_pem_path": consul_tls.HOST_PEM,
         "_coredns_binary_path": names.COREDNS_BINARY_PATH,
         "_ceph_rgw_conf_path": names.RGW_CONF_PATH,
         "_ceph_rgw_haproxy_pem_path": HAPROXY_PEM_PATH,
@@ -55,7 +60,8 @@ def role_paths(host: Host) -> dict[str, Any]:
 GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
     "rgw": ("_ceph_rgw_conf_path", "_ceph_rgw_haproxy_pem_path", "_ceph_rgw_keyring_paths",
             "_ceph_rgw_haproxy_stats_env_path"),
-    "consul": ("_consul_binary_path", "_consul_secrets_path"),
+    "consul": ("_consul_binary_path", "_consul_secrets_path", "_consul_tls_ca_path",
+               "_consul_tls_pem_path"),
     "dns": ("_coredns_binary_path",),
     "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",

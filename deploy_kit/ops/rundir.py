@@ -26,7 +26,7 @@ from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
-from deploy_kit.render import s3_access, tls, vllm
+from deploy_kit.render import consul_tls, s3_access, tls, vllm
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
@@ -223,6 +223,7 @@ def with_settings(site: Site, tree: Tree, every_path: dict[str, list[str]] | Non
             settings["_deploykit_tls_ca_cert_src"] = tls_paths["ca_cert"]
             if "host_pem" in tls_paths:
                 settings["_ceph_rgw_tls_pem_src"] = tls_paths["host_pem"]
+        settings.update(consul_tls.issued_paths(site.root, host, tls_sources) or {})
         tree[name] = {**tree[name], SETTINGS_PATH: _json(settings)}
     tree[CLUSTER] = {**tree[CLUSTER], SITE_PATH: _json(site_facts(site)),
                      INPUTS_PATH: _json(code_inputs(project_dir()))}

@@ -126,12 +126,14 @@ def name_constraints(fqdn: str, networks: list[str]) -> x509.NameConstraints:
 
 
 def create_ca(site_name: str, days: int = CA_DAYS,
-              constraints: x509.NameConstraints | None = None) -> tuple[bytes, bytes]:
+              constraints: x509.NameConstraints | None = None,
+              kind: str = "CA") -> tuple[bytes, bytes]:
     """A self-signed CA that may sign server certificates only (path length 0), for the
-    names `constraints` permits (RFC 5280: a critical extension)."""
+    names `constraints` permits (RFC 5280: a critical extension); `kind` names it apart
+    from the site's other CA ("Consul CA")."""
     key = _new_key()
     subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "deploykit"),
-                         x509.NameAttribute(NameOID.COMMON_NAME, f"deploykit CA {site_name}")])
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"deploykit {kind} {site_name}")])
     now = _now()
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -223,8 +225,12 @@ def site_tls_problems(site: Site) -> list[Problem]:
     return ca_problems(site, cert_path, key_path, check_key_file, SIGNING_KEYS)
 
 
-def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, bytes]:
-    """A server certificate for `dns` + `ips`, valid `days` (never past the CA)."""
+def issue(ca: CA, dns: list[str], ips: list[str], days: int,
+          client_auth: bool = False) -> tuple[bytes, bytes]:
+    """A server certificate for `dns` + `ips`, valid `days` (never past the CA);
+    `client_auth`: also a TLS client's (a Consul agent presents it both ways)."""
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] + \
+        ([ExtendedKeyUsageOID.CLIENT_AUTH] if client_auth else [])
     key = _new_key()
     now = _now()
     not_after = min(now + datetime.timedelta(days=days), ca.cert.not_valid_after_utc)
@@ -245,8 +251,7 @@ def issue(ca: CA, dns: list[str], ips: list[str], days: int) -> tuple[bytes, byt
                                          key_agreement=False, key_cert_sign=False,
                                          crl_sign=False, encipher_only=False,
                                          decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(x509.SubjectAlternativeName(san), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                            critical=False)

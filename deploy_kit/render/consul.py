@@ -7,6 +7,7 @@ from typing import Any
 
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
+from deploy_kit.render import consul_tls
 
 
 def consul_scrapable(c: HostConfig) -> bool:
@@ -65,6 +66,12 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
     if c.consul_gossip_encryption:
         cfg["encrypt_verify_incoming"] = True
         cfg["encrypt_verify_outgoing"] = True
+    if consul_tls.enabled(host):
+        # mutual TLS on internal RPC, servers checked by name (render/consul_tls.py); the
+        # HTTP API stays plain on loopback for the roles and verify, so no HTTPS or gRPC-TLS
+        # port is opened (-1 keeps Consul from opening one by default)
+        cfg["tls"] = consul_tls.tls_stanza()
+        cfg["ports"]["grpc_tls"] = -1
     return cfg
 
 

@@ -10,7 +10,7 @@ these paths (settings.json `_deploykit_tls_ca_cert_src`, `_ceph_rgw_tls_pem_src`
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,9 @@ class Sources:
 
     ca_cert: Path
     host_pems: dict[str, Path]
+    # the same for the Consul CA and agent certificates (render/consul_tls.py)
+    consul_ca: Path | None = None
+    consul_pems: dict[str, Path] = field(default_factory=dict)
 
 
 def issued_paths(root: Path, host: Host, sources: Sources | None = None) -> dict[str, Any] | None:

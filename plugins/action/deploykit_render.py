@@ -24,6 +24,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         try:
+            from deploy_kit.ops.consul_tls import check_consul_tls, ensure_consul_tls
             from deploy_kit.ops.rundir import write_run_tree
             from deploy_kit.ops.tls import check_site_tls, ensure_site_tls, refuse_bad_ca
 
@@ -39,8 +40,11 @@ class ActionModule(ActionBase):
             # live in this run's scratch directory, which Ansible removes
             if task_vars.get("ansible_check_mode"):
                 issued, sources = check_site_tls(site, scratch / "tls")
-            else:
-                issued, sources = ensure_site_tls(site), None  # as `up` does
+                consul, sources = check_consul_tls(site, scratch / "tls", sources)
+            else:  # as `up` does
+                issued, sources = ensure_site_tls(site), None
+                consul = ensure_consul_tls(site)
+            issued += consul
             count = write_run_tree(site, out, sources)
         except Exception as exc:  # every failure becomes the task's
             result.update(failure(exc))
