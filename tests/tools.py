@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socketserver
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,3 +66,18 @@ def run_script_here(host: str, script: str, timeout: float = 60) -> ShellResult:
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
                           timeout=timeout)
     return ShellResult(host, done.stdout, done.returncode, None, done.stderr)
+
+
+@contextlib.contextmanager
+def udp_server(handler: type[socketserver.BaseRequestHandler]) -> Iterator[int]:
+    """A threaded UDP server on a free 127.0.0.1 port (a fake DNS upstream): its port."""
+    from tests.integration.test_consul_dns import free_port
+
+    server = socketserver.ThreadingUDPServer(("127.0.0.1", free_port()), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import socketserver
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 from tests.integration.test_consul_dns import free_port
+from tests.tools import udp_server
 
 ANSWER = "127.0.2.53"
 DNS_HOST = "127.0.0.2"
@@ -51,12 +51,8 @@ class _UDP(socketserver.BaseRequestHandler):
 
 @pytest.fixture
 def upstream() -> Iterator[int]:
-    port = free_port()
-    server = socketserver.ThreadingUDPServer(("127.0.0.1", port), _UDP)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield port
-    server.shutdown()
-    server.server_close()
+    with udp_server(_UDP) as port:
+        yield port
 
 
 def _corefile(make_inventory: InventoryFactory, upstream: int, ports: dict[str, int],

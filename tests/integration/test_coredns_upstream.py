@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import socketserver
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from deploy_kit.config.open import open_site
 from deploy_kit.render.files import render_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 from tests.integration.test_consul_dns import free_port
+from tests.tools import udp_server
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,8 @@ class _UDP(socketserver.BaseRequestHandler):
 
 @pytest.fixture
 def upstream() -> Iterator[int]:
-    port = free_port()
-    server = socketserver.ThreadingUDPServer(("127.0.0.1", port), _UDP)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield port
-    server.shutdown()
-    server.server_close()
+    with udp_server(_UDP) as port:
+        yield port
 
 
 def test_catch_all_block_starts_and_forwards_to_the_upstream(
