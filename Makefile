@@ -37,7 +37,7 @@ test: install lab-prefetch-background lint wheel-venv
 ## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
 test-lab: install
 	rm -f runs/lab-prefetch.*
-	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/secured tests/lab/ansible \
+	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/day2 tests/lab/secured tests/lab/ansible \
 	  tests/lab/failover tests/lab/monitoring
 
 lab-prefetch-background: install

@@ -12,15 +12,13 @@ file is removed and the lab, torn down next, keeps the changed settings.)"""
 from __future__ import annotations
 
 import json
-import random
-import threading
-import time
 
 import pytest
 import yaml
 
 from tests.lab.conftest import LAB_INVENTORY, Lab
-from tests.lab.vllm_http import SERVING, complete
+from tests.lab.load import FreshPrompts
+from tests.lab.vllm_http import SERVING
 
 pytestmark = pytest.mark.lab
 
@@ -39,35 +37,6 @@ def invocations(lab: Lab, address: str, units: tuple[str, ...]) -> dict[str, str
     out = lab.ssh(address, " ".join(f"systemctl show -p InvocationID --value {u};"
                                     for u in units))
     return dict(zip(units, out.split(), strict=True))
-
-
-class FreshPrompts:
-    """Fresh two-chunk prompts to each serving host in turn until stopped: each one makes
-    LMCache store two chunks through the gateways being restarted."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.sent = 0
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.rng = random.Random(time.time_ns())
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for address in SERVING.values():
-                try:
-                    complete(address, [self.rng.randrange(3, 259) for _ in range(256 * 2 + 5)])
-                    self.sent += 1
-                except OSError as exc:
-                    self.errors.append(f"{address}: {exc}")
-
-    def __enter__(self) -> FreshPrompts:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=600)
 
 
 def maintenance_tasks(summary: dict, prefix: str) -> list[str]:
