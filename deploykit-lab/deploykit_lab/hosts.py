@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deploykit_lab.layout import (
     BRIDGE,
+    CGROUP_PREFIX,
     GATEWAY,
     PREFIX_LEN,
     SSH_DIR,
@@ -168,12 +169,7 @@ def stop_host(host: LabHost, pid: int | None) -> None:
         deadline = time.monotonic() + 20
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.3)
-    for d in cgroup_dirs(host):  # anything left in the host's cgroup is killed
-        procs = d / "cgroup.procs"
-        if procs.exists():
-            for line in procs.read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(line), signal.SIGKILL)
+    kill_tree(cgroup_dirs(host))  # anything left anywhere in the host's cgroup tree
     merged = host.root / "merged"
     if os.path.ismount(merged) and not quiet(["umount", str(merged)]):
         quiet(["umount", "-l", str(merged)])
@@ -182,6 +178,53 @@ def stop_host(host: LabHost, pid: int | None) -> None:
     quiet(["ip", "neigh", "del", host.address, "dev", BRIDGE])
     for d in cgroup_dirs(host):
         _remove_cgroup(d)
+
+
+def tree_pids(dirs: list[Path]) -> set[int]:
+    """Every process in these cgroups and in all their descendants: the host's own systemd
+    keeps its services in nested cgroups (payload/system.slice/…), not in the top one."""
+    pids: set[int] = set()
+    for d in dirs:
+        for procs in [d / "cgroup.procs", *d.rglob("*/cgroup.procs")] if d.is_dir() else []:
+            with contextlib.suppress(OSError):
+                pids.update(int(line) for line in procs.read_text().split())
+    return pids
+
+
+def kill_tree(dirs: list[Path], timeout: float = 10.0) -> set[int]:
+    """SIGKILL every process of these cgroup trees, until none is left (a forking process
+    adds pids between reads). cgroup v2's cgroup.kill does it in one write where the kernel
+    has it (5.14+); every descendant's cgroup.procs is read as well, for the v1 hierarchies
+    of a hybrid machine. Returns the pids still there at the deadline (none, normally)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                (d / "cgroup.kill").write_text("1")
+        left = {pid for pid in tree_pids(dirs) if pid != os.getpid()}
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not {pid for pid in left if _alive(pid)} or time.monotonic() > deadline:
+            return {pid for pid in left if _alive(pid)}
+        time.sleep(0.2)
+
+
+def lab_cgroup_names() -> set[str]:
+    """Host names whose cgroup is still there (the lab's hosts found by their cgroups, not
+    only by a state file an interrupted run may not have written)."""
+    roots = [r for r in CGROUP_ROOTS if r.is_dir()] or [Path("/sys/fs/cgroup")]
+    names = {d.name.removeprefix(CGROUP_PREFIX) for r in roots
+             for d in r.glob(f"{CGROUP_PREFIX}lab*") if d.is_dir()}
+    return {n for n in names if n[3:].isdigit()}
+
+
+def lab_netns_names() -> set[str]:
+    """Host names whose network namespace is still there."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = (line.split()[0] for line in listed.splitlines() if line.strip())
+    return {n.removeprefix(CGROUP_PREFIX) for n in names
+            if n.startswith(f"{CGROUP_PREFIX}lab") and n.removeprefix(CGROUP_PREFIX)[3:].isdigit()}
 
 
 def _remove_cgroup(path: Path) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from deploykit_lab.layout import (
     CONTROLLER_PACKAGES,
     HOSTS_DIR,
     LAB_DIR,
+    LOCK_FILE,
     STATE_FILE,
     LabHost,
     lab_hosts,
@@ -113,7 +115,11 @@ def up(count: int, report: Any = print, chosen: Profile | None = None) -> list[S
     A lab that is already up (perhaps from another checkout) is left running and only the
     inventory is written again, so the `deploykit up --inventory lab` after it works."""
     require_root()
-    chosen = chosen or profile(DEFAULT)
+    with _exclusive(report):
+        return _up(count, report, chosen or profile(DEFAULT))
+
+
+def _up(count: int, report: Any, chosen: Profile) -> list[Step]:
     if is_up():
         running = _state()
         # this checkout's binaries: its CoreDNS plugin list may differ from the one the
@@ -127,7 +133,7 @@ def up(count: int, report: Any = print, chosen: Profile | None = None) -> list[S
         _save(running)
         return []
     if _state():
-        down(report=lambda _m: None)
+        _down(report=lambda _m: None)
     steps = prefetch(chosen, report)
     timed = _timer(steps, report)
     rootfs, repo, _ = image.ensure_image()
@@ -161,14 +167,46 @@ def _write_inventory(state: dict[str, Any], chosen: Profile, report: Any) -> Non
                     hosts.ensure_ssh_key(), artefacts, chosen)
 
 
+@contextlib.contextmanager
+def _exclusive(report: Any) -> Iterator[None]:
+    """`lab up` and `lab down` one at a time on this machine: two of them started a minute
+    apart once left two hosts' systemd orphaned (their nspawn gone, their services running).
+    The lock file lives outside LAB_DIR, which `down` removes."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with LOCK_FILE.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            report(f"… waiting for another lab up/down ({handle.read().strip() or 'pid ?'})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+
+
 def down(report: Any = print) -> None:
-    """Remove everything `up` made; safe to run twice and after a half-failed up."""
+    """Remove everything `up` made; safe to run twice and after a half-failed or
+    interrupted up."""
     require_root()
+    with _exclusive(report):
+        _down(report)
+
+
+def _down(report: Any) -> None:
     state = _state()
     known = {h["name"]: h for h in state.get("hosts", [])}
-    for path in sorted(HOSTS_DIR.glob("lab*")) if HOSTS_DIR.exists() else []:
-        known.setdefault(path.name, {"name": path.name, "index": int(path.name[3:] or 0),
-                                     "pid": None})
+    # hosts a lost or half-written state file does not name: their directories, and any
+    # cgroup or network namespace of the lab's naming still there
+    found = {p.name for p in HOSTS_DIR.glob("lab*")} if HOSTS_DIR.exists() else set()
+    found |= hosts.lab_cgroup_names() | hosts.lab_netns_names()
+    for name in sorted(found):
+        if name[3:].isdigit():
+            known.setdefault(name, {"name": name, "index": int(name[3:]), "pid": None})
     for entry in known.values():
         report(f"… stopping {entry['name']}")
         hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
@@ -245,12 +283,7 @@ def crash_host(name: str) -> None:
     state = _state()
     entry = next(h for h in state["hosts"] if h["name"] == name)
     host = LabHost(entry["name"], int(entry["index"]))
-    for _ in range(3):  # a forking process may add a pid between reads
-        for d in hosts.cgroup_dirs(host):
-            for procs in d.rglob("cgroup.procs"):
-                for line in procs.read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(line), signal.SIGKILL)
+    hosts.kill_tree(hosts.cgroup_dirs(host))
     hosts.stop_host(host, None)
     entry["pid"] = None
     _save(state)

@@ -15,6 +15,8 @@ STATE_FILE = LAB_DIR / "state.json"
 CEPH_DIR = LAB_DIR / "ceph"
 HOSTS_DIR = LAB_DIR / "hosts"
 SSH_DIR = LAB_DIR / "ssh"
+# `lab up` and `lab down` hold it (lab.py _exclusive); beside LAB_DIR, which down removes
+LOCK_FILE = Path("/run/deploykit-lab.lock")
 
 BRIDGE = "dklab0"
 NETWORK_PREFIX = "10.99.0"
