@@ -3,8 +3,10 @@ idempotent second `up`, and `verify` of the lab plus 256 simulated serving hosts
 the floor of any Ansible-based tool on the same hosts: `ansible all -m ping` with the same
 forks (the target: at most 1.5x that floor).
 
-The simulated hosts are SSH logins to one sshd on 127.0.0.1 that this script starts; each
-reads a copy of a real lab serving host's files. verify reaches them as it reaches any
+The simulated hosts are SSH logins to one sshd that this script starts (installing Debian's
+openssh-server first if the machine has none), each on its own loopback address (127.0.N.M:
+validate refuses two inventory hosts that reach one address and port, as a real site must);
+each reads a copy of a real lab serving host's files. verify reaches them as it reaches any
 host, through Ansible with the inventory's settings. Only loopback and the lab's own
 addresses are contacted. Prints one JSON document.
 """
@@ -35,8 +37,17 @@ def deploykit(*args: str) -> float:
     return time.perf_counter() - start
 
 
+def sim_address(index: int) -> str:
+    """Every simulated host its own loopback address (Linux answers all of 127/8)."""
+    return f"127.0.{1 + index // 250}.{1 + index % 250}"
+
+
 def start_sshd(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     import socket
+
+    from deploykit_lab.system import ensure_packages
+
+    ensure_packages(["openssh-server"])  # the controller's sshd (the lab's hosts have theirs)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,8 +58,9 @@ def start_sshd(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     keys = workdir / "authorized_keys"
     keys.write_text(LAB_KEY.with_suffix(".pub").read_text())
     Path("/run/sshd").mkdir(exist_ok=True)
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-p", str(port), "-o",
-                             "ListenAddress=127.0.0.1", "-o", f"HostKey={host_key}", "-o",
+    listen = [arg for i in range(SIMULATED) for arg in ("-o", f"ListenAddress={sim_address(i)}")]
+    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-p", str(port), *listen,
+                             "-o", f"HostKey={host_key}", "-o",
                              f"AuthorizedKeysFile={keys}", "-o", "StrictModes=no", "-o",
                              "PasswordAuthentication=no", "-o", "MaxStartups=400", "-o",
                              "MaxSessions=400", "-o", f"PidFile={workdir}/sshd.pid"],
@@ -65,7 +77,7 @@ def simulated_inventory(workdir: Path, port: int) -> Path:
                     "-o", "UserKnownHostsFile=/dev/null", "root@10.99.0.13:/etc/deploykit",
                     str(files)], check=True)
     doc = yaml.safe_load((inv / "hosts.yml").read_text())
-    sims = {f"sim{i:03d}": {"ansible_host": "127.0.0.1", "ansible_port": port,
+    sims = {f"sim{i:03d}": {"ansible_host": sim_address(i), "ansible_port": port,
                             "lmcache_config_dir": str(files)} for i in range(SIMULATED)}
     doc["all"]["children"]["vllm"]["hosts"].update(sims)
     (inv / "hosts.yml").write_text(yaml.safe_dump(doc))
