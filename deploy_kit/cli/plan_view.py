@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from deploy_kit.console import human_bytes
+from deploy_kit.core.hostlist import compact_hosts, merge_per_host
 from deploy_kit.plan.plan import Plan
 
 
-def _show_hosts(plan: Plan, console: Console) -> None:
-    """Per host: its instances, and per device of one instance what vLLM must fit there;
-    LMCache's DRAM is the in-process pinned pool or the server's L1, never both."""
+def _hosts(names: Iterable[str]) -> str:
+    """A host list as Ansible ranges, safe inside rich markup."""
+    return escape(compact_hosts(names))
+
+
+def _show_hosts(plan: Plan, console: Console, per_host: bool) -> None:
+    """Per host (or, unless per_host, per set of hosts with identical rows): its instances,
+    and per device of one instance what vLLM must fit there; LMCache's DRAM is the
+    in-process pinned pool or the server's L1, never both."""
     hosts = Table(title="Serving hosts (per device: weights, KV capacity, max-length "
                         "requests that fit)", title_justify="left")
     for col in ("host", "accelerator", "instances × devices", "block", "weights",
                 "KV capacity", "requests", "LMCache DRAM", "/dev/shm (LMCache)"):
         hosts.add_column(col)
-    notes = []
+    rows: dict[tuple[str, ...], list[str]] = {}
+    notes: dict[str, list[str]] = {}
     for h in plan.hosts:
         if h.kv_capacity_tokens is None:
             weights = capacity = requests = "?" if h.fit_note else "-"
@@ -28,24 +39,30 @@ def _show_hosts(plan: Plan, console: Console) -> None:
         dram = f"L1 {human_bytes(h.lmcache_server_l1_bytes)}" \
             if h.lmcache_server_l1_bytes is not None else \
             f"pinned {human_bytes(h.pinned_dram_bytes)}"
-        hosts.add_row(h.host, f"{h.accelerator} ({h.device})", f"{h.instances} × {h.workers}",
-                      str(h.block_size), weights, capacity, requests, dram,
-                      human_bytes(h.shm_bytes))
+        row: tuple[str, ...] = (f"{h.accelerator} ({h.device})", f"{h.instances} × {h.workers}",
+               str(h.block_size), weights, capacity, requests, dram, human_bytes(h.shm_bytes))
+        rows.setdefault((h.host, *row) if per_host else row, []).append(h.host)
         if h.fit_note:
-            notes.append(f"  {h.host}: {h.fit_note}")
+            notes.setdefault(h.fit_note, []).append(h.host)
+    for key, names in rows.items():
+        label = _hosts(names)
+        hosts.add_row(f"{label} ({len(names)})" if len(names) > 1 else label,
+                      *(key[1:] if per_host else key))
     console.print(hosts)
-    for note in notes:
-        console.print(note)
+    for note, names in notes.items():
+        console.print(f"  {_hosts(names)}: {escape(note)}")
 
 
-def show_plan(plan: Plan, console: Console) -> None:
+def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
+    """The plan for people: host lists as Ansible ranges, identical serving hosts and
+    per-host warnings folded into one line each (per_host: a table row per host)."""
     s = plan.site
     console.print(f"[bold]Site[/] {s['name']}: {s['hosts']} hosts, S3 name [cyan]{s['s3_fqdn']}"
                   f"[/], remote_url [cyan]{s['remote_url']}[/], DNS {s['dns_mode']}, "
                   f"Ceph {s['ceph_version']} ({s['ceph_rgw_mode']})")
     for m in plan.models:
         console.print(f"[bold]Model[/] {m.model} (TP {m.tensor_parallel} × PP "
-                      f"{m.pipeline_parallel}, KV {m.kv_dtype}) on {', '.join(m.hosts)}")
+                      f"{m.pipeline_parallel}, KV {m.kv_dtype}) on {_hosts(m.hosts)}")
         console.print(f"  {m.bytes_per_token:,} B/token; a {m.chunk_tokens}-token chunk is "
                       f"{m.objects_per_chunk} object(s) of {human_bytes(m.object_bytes)} "
                       f"({m.object_bytes:,} B), {human_bytes(m.chunk_bytes)} per chunk")
@@ -56,7 +73,7 @@ def show_plan(plan: Plan, console: Console) -> None:
         console.print(f"  {m.target_tokens:,} cached tokens need {human_bytes(m.storage_bytes)}"
                       f" ({human_bytes(m.storage_raw_bytes)} raw); objects are named "
                       f"{m.object_name_pattern}")
-    _show_hosts(plan, console)
+    _show_hosts(plan, console, per_host)
     pools = Table(title="RGW pools", title_justify="left")
     for col in ("pool", "pg_num", "size", "min_size", "application"):
         pools.add_column(col)
@@ -72,7 +89,7 @@ def show_plan(plan: Plan, console: Console) -> None:
         table = Table(title=f"Remote KV vs recompute: {g.model} on {g.device} (TP "
                             f"{g.tensor_parallel}; {g.effective_tflops:g} TFLOPS per device, "
                             f"{g.tflops_source}; GET {g.storage_gbps:g} Gbit/s per host) "
-                            f"on {', '.join(g.hosts)}", title_justify="left")
+                            f"on {_hosts(g.hosts)}", title_justify="left")
         for col in ("context", "KV bytes", "cold prefill", "storage", "break-even",
                     "remote hit"):
             table.add_column(col)
@@ -89,6 +106,6 @@ def show_plan(plan: Plan, console: Console) -> None:
     console.print("[bold]Rollout[/]")
     for i, step in enumerate(plan.rollout, 1):
         serial = f" (serial {step.serial})" if step.serial else ""
-        console.print(f"  {i}. {step.phase}{serial}: {', '.join(step.hosts)}")
-    for w in plan.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"  {i}. {step.phase}{serial}: {_hosts(step.hosts)}")
+    for w in merge_per_host(plan.warnings, (h.host for h in plan.hosts)):
+        console.print(f"[yellow]warning:[/] {escape(w)}")

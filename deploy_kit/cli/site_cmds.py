@@ -26,6 +26,10 @@ CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be T
 
 def plan(inventory: InventoryOpt,
          as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
+         per_host: Annotated[bool, typer.Option(
+             "--per-host", help="a serving-host row per host (default: one row per set of "
+                                "hosts whose rows are identical, named as Ansible ranges)")
+         ] = False,
          vault_id: VaultIdOpt = None,
          vault_password_file: VaultPasswordFileOpt = None,
          ask_vault_pass: AskVaultOpt = False) -> None:
@@ -46,7 +50,7 @@ def plan(inventory: InventoryOpt,
         payload["deployment"] = payload.pop("site")  # the envelope's site is the name
         stdout().write(dumps("plan", 2, site.name, payload))
     else:
-        show_plan(result, data_console())
+        show_plan(result, data_console(), per_host=per_host)
         note_not_generated(site, data_console())  # part of the plan: stdout
 
 
