@@ -67,6 +67,7 @@ bench: install
 	$(BIN)/python bench/render_scale.py
 	$(BIN)/python bench/lab.py
 	$(BIN)/python bench/rerun.py
+	$(BIN)/python bench/ttft_agreement.py
 	$(DK) bench storage --inventory lab
 	$(DK) bench ttft --inventory lab --lengths 4096 --repeats 3
 

@@ -3,6 +3,8 @@ rows in, document/table/PNG out; no host contacted)."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,11 +43,15 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             mine = [r for r in rows if r["case"] == case]
             if not mine:
                 continue
-            ttft = _median([r["ttft_s"] for r in mine if r["ttft_s"] is not None])
+            times = [r["ttft_s"] for r in mine if r["ttft_s"] is not None]
+            ttft = _median(times)
             tpot = _median([r["tpot_s"] for r in mine if r["tpot_s"] is not None])
             hits = [r["hit_tokens"] for r in mine if r["hit_tokens"] is not None]
             out.append({"context_tokens": length, "case": case, "n": len(mine),
                         "ttft_s": ttft, "tpot_s": tpot,
+                        # the spread of the repeats: a median alone hid a noisy run
+                        "ttft_min_s": min(times) if times else None,
+                        "ttft_max_s": max(times) if times else None,
                         "hit_tokens": int(statistics.median(hits)) if hits else None,
                         "ttft_vs_cold": (ttft / cold) if ttft is not None and cold else None,
                         "errors": sum(1 for r in mine if r["error"])})
@@ -130,13 +136,15 @@ def _cell(row: dict[str, Any] | None) -> str:
     if row["ttft_s"] is None:
         return "error"
     hits = "?" if row["hit_tokens"] is None else f"{row['hit_tokens']:,}"
-    return f"{row['ttft_s']:.3f} s ({hits} hit)"
+    spread = (f" [{row['ttft_min_s']:.3f}-{row['ttft_max_s']:.3f}]"
+              if row.get("n", 1) > 1 and row.get("ttft_min_s") is not None else "")
+    return f"{row['ttft_s']:.3f} s{spread} ({hits} hit)"
 
 
 def table(doc: dict[str, Any]) -> Table:
     cases = [c for c in CASES if c in doc["cases"]]
     out = Table(title=f"TTFT by context length: {doc['model']} on {doc['site']} "
-                      f"(median of {doc['repeats']})", title_justify="left")
+                      f"(median of {doc['repeats']} [min-max])", title_justify="left")
     out.add_column("context tokens", justify="right")
     for case in cases:
         out.add_column(case, justify="right")
@@ -168,26 +176,72 @@ def _pyplot() -> Any:
     return plt
 
 
+def crossover(cold: list[tuple[int, float]], remote: list[tuple[int, float]]
+              ) -> float | None:
+    """The context length where the remote hit starts to beat a cold prefill, interpolated
+    on the chart's log-log axes; None when it never crosses within the measured lengths."""
+    both = sorted(set(dict(cold)) & set(dict(remote)))
+    gap = [(n, math.log(dict(remote)[n]) - math.log(dict(cold)[n])) for n in both]
+    for (n0, g0), (n1, g1) in itertools.pairwise(gap):
+        if g0 >= 0 > g1:  # slower (or equal) at n0, faster at n1
+            t = g0 / (g0 - g1)
+            return float(2 ** (math.log2(n0) + t * (math.log2(n1) - math.log2(n0))))
+    return None
+
+
+def headline(doc: dict[str, Any]) -> str | None:
+    """The one number a reader takes away: the other-host (else restart) remote hit against
+    a cold prefill at the longest measured context."""
+    for case in ("remote_hit_other_host", "remote_hit_restart"):
+        rows = [s for s in doc["summary"] if s["case"] == case and s.get("ttft_vs_cold")]
+        if rows:
+            top = max(rows, key=lambda s: s["context_tokens"])
+            ratio = 1 / top["ttft_vs_cold"]
+            where = "host B" if case == "remote_hit_other_host" else "after a restart"
+            return (f"remote hit ({where}) at {top['context_tokens']:,} tokens: "
+                    f"{ratio:.1f}x {'faster' if ratio >= 1 else 'slower'} than cold")
+    return None
+
+
 def figure(doc: dict[str, Any]) -> Any:
-    """TTFT (log s) against context length (log2 tokens), one line per case."""
-    fig, ax = _pyplot().subplots(figsize=(8, 5), dpi=110)
+    """TTFT (log s) against context length (log2 tokens), one line per case with the
+    repeats' spread as error bars; the legend beside the axes (never over the data), the
+    crossover where a remote hit starts to beat cold marked, the headline ratio on it."""
+    fig, ax = _pyplot().subplots(figsize=(11, 5), dpi=110)
+    lines: dict[str, list[tuple[int, float]]] = {}
     for case in CASES:
-        points = sorted((s["context_tokens"], s["ttft_s"]) for s in doc["summary"]
-                        if s["case"] == case and s["ttft_s"])
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+        rows = sorted((s for s in doc["summary"] if s["case"] == case and s["ttft_s"]),
+                      key=lambda s: s["context_tokens"])
+        if not rows:
+            continue
+        xs = [s["context_tokens"] for s in rows]
+        ys = [s["ttft_s"] for s in rows]
+        low = [y - (s.get("ttft_min_s") or y) for y, s in zip(ys, rows, strict=True)]
+        high = [(s.get("ttft_max_s") or y) - y for y, s in zip(ys, rows, strict=True)]
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3,
                     label=doc.get("cases", {}).get(case, LABELS[case]))
+        lines[case] = list(zip(xs, ys, strict=True))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     lengths = sorted({s["context_tokens"] for s in doc["summary"]})
     if lengths:
         ax.set_xticks(lengths, [f"{n // 1024}K" if n % 1024 == 0 else str(n)
                                 for n in lengths])
+    remote = lines.get("remote_hit_other_host") or lines.get("remote_hit_restart")
+    if remote and lines.get("cold"):
+        at = crossover(lines["cold"], remote)
+        if at is not None:
+            ax.axvline(at, color="grey", linestyle="--", linewidth=1,
+                       label=f"break-even: remote hit beats cold above ~{at:,.0f} tokens")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("time to first token (s, log scale)")
     ax.set_title(f"TTFT: cold vs LMCache hits, {doc['model']} ({doc['site']})", fontsize=10)
+    news = headline(doc)
+    if news:
+        ax.text(0.02, 0.98, news, transform=ax.transAxes, va="top", fontsize=9,
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9})
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     return fig
 

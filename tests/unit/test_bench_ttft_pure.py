@@ -113,10 +113,14 @@ def test_protocol_order_restart_and_purge(monkeypatch: pytest.MonkeyPatch) -> No
         a, b, [1024, 2048], 2, tier, max_tokens=4, token_ids=(3, 259), run_id="t",
         ready_timeout=1)
     assert len(results) == 2 * 2 * 5 and [r["repeat"] for r in results[:10:5]] == [0, 1]
-    assert [r["case"] for r in results[:5]] == list(ttft_report.CASES)
-    assert [r["host"] for r in results[:5]] == ["a", "a", "a", "b", "b"]
+    # host B reads the remote tier while A is idle, before A's restart; after it A answers
+    # one short fresh request (not a row) before the measured one
+    assert [r["case"] for r in results[:5]] == ["cold", "dram_hit", "remote_hit_other_host",
+                                                 "remote_hit_restart", "dram_only_control"]
+    assert [r["host"] for r in results[:5]] == ["a", "a", "b", "a", "b"]
     assert [r["hit_tokens"] for r in results[:5]] == [0, 1024, 1024, 1024, 0]
-    assert tier.events[:3] == ["request a", "request a", "restart a"]
+    assert tier.events[:6] == ["request a", "request a", "request b", "restart a",
+                               "request a", "request a"]
     assert tier.events.count("restart a") == 4 and tier.stored == set()
     assert purged == {1024: 16, 2048: 32} and notes == []
 
@@ -170,8 +174,17 @@ def test_plot_is_a_labelled_png(tmp_path: Path) -> None:
     assert ax.get_xlabel() == "context length (tokens)"
     assert "time to first token (s" in ax.get_ylabel() and "TTFT" in ax.get_title()
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == [ttft_report.LABELS[c] for c in ttft_report.CASES]
+    assert legend[:5] == [ttft_report.LABELS[c] for c in ttft_report.CASES]
     assert ax.get_yscale() == "log"
+    # the legend sits beside the axes, clear of every data point
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    assert box.x0 >= ax.get_window_extent().x1
+    # the 1K/4K remote hits are faster than cold at both lengths: no crossover in range,
+    # the headline names the ratio at the longest one
+    assert not any("break-even" in t for t in legend)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == [f"remote hit (host B) at 4,096 tokens: {2.1 / 0.25:.1f}x faster than cold"]
     path = ttft_report.plot(doc, tmp_path / "ttft.png")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
@@ -247,3 +260,30 @@ def test_remote_rows_carry_their_storage_floor_and_the_overhead_over_it() -> Non
     console.print(ttft_report.table(doc))
     text = console.export_text()
     assert f"{floor:.3f} s" in text and "floors; goal 1.5 at 4K" in text
+
+
+def test_crossover_where_the_remote_hit_starts_to_beat_cold() -> None:
+    cold = [(4096, 0.28), (8192, 0.59), (16384, 1.32), (32768, 3.21)]
+    remote = [(4096, 0.34), (8192, 0.69), (16384, 1.37), (32768, 2.75)]
+    at = ttft_report.crossover(cold, remote)
+    assert at is not None and 16384 < at < 32768
+    assert ttft_report.crossover(cold, [(n, t / 2) for n, t in cold]) is None  # always faster
+    assert ttft_report.crossover(cold, [(n, t * 2) for n, t in cold]) is None  # never
+
+
+def test_chart_marks_the_crossover_and_rows_carry_the_spread(tmp_path: Path) -> None:
+    doc = _doc()
+    for row in doc["results"]:  # the other-host hit loses at 1K, wins at 4K
+        if row["case"] == "remote_hit_other_host" and row["context_tokens"] == 1024:
+            row["ttft_s"] = 0.8
+    extra = [dict(r, repeat=1, ttft_s=r["ttft_s"] * 1.2) for r in doc["results"]]
+    doc["results"] += extra
+    doc["summary"] = ttft_report.summarise(doc["results"])
+    row = next(s for s in doc["summary"] if s["case"] == "cold" and s["context_tokens"] == 4096)
+    assert row["n"] == 2 and row["ttft_min_s"] == 2.1 and row["ttft_max_s"] == pytest.approx(2.52)
+    legend = [t.get_text() for t in ttft_report.figure(doc).axes[0].get_legend().get_texts()]
+    marks = [t for t in legend if t.startswith("break-even: remote hit beats cold above ~")]
+    assert len(marks) == 1
+    console = Console(width=260, record=True)
+    console.print(ttft_report.table(doc))
+    assert "2.310 s [2.100-2.520]" in console.export_text()
