@@ -131,10 +131,16 @@ def test_status_reads_every_host_and_reports_the_unreachable_one(
 
 
 def test_status_table_lists_each_tier_and_the_mix(make_inventory: InventoryFactory,
-                                                  tmp_path: Path, hostdir: Path) -> None:
+                                                  tmp_path: Path, hostdir: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """...while another run (`up`) holds the site's lock: status reads, it takes no lock."""
+    from deploy_kit.ops.site_lock import site_lock
+
+    monkeypatch.setenv("DEPLOYKIT_LOCK_DIR", str(tmp_path / "locks"))
     inventory, _ = _inventory(make_inventory, tmp_path, hostdir)
-    result = run_cli("status", "-i", str(inventory), "--limit", "vllm",
-                     env={"DEPLOYKIT_RUNS_DIR": str(tmp_path / "runs")})
+    with site_lock(inventory, "up"):
+        result = run_cli("status", "-i", str(inventory), "--limit", "vllm",
+                         env={"DEPLOYKIT_RUNS_DIR": str(tmp_path / "runs")})
     assert result.returncode == 0, result.stderr  # c1 is outside the limit: not tried
     assert "192.0.2." not in result.stderr
     out = result.stdout
