@@ -13,6 +13,7 @@ from deploy_kit.config import names
 from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host
 from deploy_kit.ops import converged
+from deploy_kit.render import vllm
 from deploy_kit.verify.probes.serving_probe import VERSIONS_PY
 
 PROPERTIES = "Id,LoadState,ActiveState,SubState,Result,StateChangeTimestamp"
@@ -79,10 +80,16 @@ def script(host: Host) -> str:
             f" | grep -m1 -E {shlex.quote(pattern)} | cut -c1-300\n"
             "done")
     if "vllm" in groups:
+        # the API key (if any) from the host's own 0600 file, as a header on curl's stdin:
+        # never in argv or in this script (verify's serving probe does the same)
+        secret = shlex.quote(vllm.secret_env_path(host))
+        auth = (f"vllm_auth() {{ ( [ -r {secret} ] && . {secret} && [ -n \"$VLLM_API_KEY\" ] "
+                "&& printf 'Authorization: Bearer %s\\n' \"$VLLM_API_KEY\" ) 2>/dev/null; }\n")
         checks = "\n".join(
-            f"echo \"{i.unit} {i.port} $(curl -s -o /dev/null -m 3 -w '%{{http_code}}' "
-            f"http://127.0.0.1:{i.port}/health)\"" for i in instances(host.name, c))
-        parts.append("echo '### health'\n" + checks)
+            f"echo \"{i.unit} {i.port} $(vllm_auth | curl -s -o /dev/null -m 3 -H @- "
+            f"-w '%{{http_code}}' http://127.0.0.1:{i.port}/health)\""
+            for i in instances(host.name, c))
+        parts.append("echo '### health'\n" + auth + checks)
     record = shlex.quote(c.deploykit_common_record_path)
     parts.append(f"echo '### record'\nif [ -e {record} ]; then stat -c %Y {record}; "
                  f"python3 -c {shlex.quote(RECORD_UNITS_PY)} {record} 2>/dev/null; "
