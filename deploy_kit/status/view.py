@@ -71,11 +71,13 @@ def unit_line(host: HostStatus, unit: UnitStatus) -> Text:
 
 def unit_lines(host: HostStatus, units: list[UnitStatus]) -> list[Text]:
     """One line per unit, except a template's instances in the same state (a gateway's
-    ceph-radosgw@ units): one line with their count and the youngest's age."""
+    ceph-radosgw@ units): one line with their count and the youngest's age; the units not
+    on the host, one line after them."""
     lines: list[Text] = []
     done: set[str] = set()
+    absent = [u.unit for u in units if not u.installed]
     for unit in units:
-        if unit.unit in done:
+        if unit.unit in done or not unit.installed:
             continue
         template = unit.unit.split("@", 1)[0] + "@" if "@" in unit.unit else None
         alike = [u for u in units if template and u.unit.startswith(template)
@@ -87,6 +89,8 @@ def unit_lines(host: HostStatus, units: list[UnitStatus]) -> list[Text]:
         youngest = max((u.since for u in alike if u.since is not None), default=None)
         lines.append(unit_line(host, UnitStatus(f"{template}* x{len(alike)}", unit.active,
                                                 load=unit.load, since=youngest)))
+    if absent:  # e.g. the monitoring units where monitoring is off: one line, not one each
+        lines.append(Text(f"not installed: {', '.join(absent)}", style="dim"))
     return lines
 
 

@@ -296,6 +296,9 @@ def test_the_view_shows_failures_the_mix_and_collapses_gateway_instances() -> No
     assert "vllm-1 failed 1m :8001 (exit-code)" in text
     assert "vllm active 1h :8000 /health 200" in text
     assert "TRIPPED in lmcache-server" in text
+    # a unit not on the host (the S3-events timer where monitoring is off): one line
+    assert "not installed: deploykit-lmcache-s3-events.timer" in text
+    assert "deploykit-lmcache-s3-events.timer inactive" not in text
     assert "vllm (mixed)" in text and "mixed versions: ceph, vllm" in text
     assert "ceph osd" in text and "17.2.7" in text
     assert "unreachable: ssh" in text
