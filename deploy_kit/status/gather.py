@@ -64,7 +64,7 @@ def _host(host: Host, stdout: str, error: str | None) -> model.HostStatus:
     if error is not None:
         return model.HostStatus(name=host.name, address=host.address,
                                 groups=sorted(host.groups), reachable=False, error=error)
-    return model.parse(host.name, host.address, list(host.groups), stdout)
+    return model.parse(host.name, host.address, list(host.groups), sections(stdout))
 
 
 def _dns(site: Site, status: model.SiteStatus, dns: dict[str, DnsAnswer]) -> None:

