@@ -37,7 +37,8 @@ def gather(site: Site, reach: set[str] | None = None, workers: int = 16) -> mode
         dns = {a: j.result() for a, j in answers.items()}
         history = recorded.result()
     status = model.SiteStatus(hosts=[])
-    for host, result in zip(hosts, results, strict=False):
+    # results: the hosts' scripts in order, then the Consul servers' reads
+    for host, result in zip(hosts, results[:len(hosts)], strict=True):
         status.hosts.append(_host(host, result.stdout, result.error))
         if result.error is None and "ceph_admin" in host.groups:
             answer = sections(result.stdout).get("ceph_versions", "")
@@ -54,6 +55,8 @@ def gather(site: Site, reach: set[str] | None = None, workers: int = 16) -> mode
                                              results[len(hosts):], strict=True)))
     elif s.deploykit_dns_mode == "consul":
         status.notes.append("consul: no Consul server in the inventory")
+    if site.group("dns") and not dns_servers:
+        status.notes.append("dns: every CoreDNS is outside --limit: DNS membership not read")
     if view is not None and not servers:
         status.notes.append("consul: every Consul server is outside --limit: membership "
                             "not read")

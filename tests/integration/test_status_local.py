@@ -148,3 +148,4 @@ def test_status_table_lists_each_tier_and_the_mix(make_inventory: InventoryFacto
     assert "vllm (mixed)" in out and "mixed versions: vllm" in out, out
     assert "gpu1" in out and "rgw1" not in out, out
     assert "consul: every Consul server is outside --limit" in out, out
+    assert "dns: every CoreDNS is outside --limit" in out, out
