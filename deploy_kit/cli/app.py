@@ -20,6 +20,7 @@ from deploy_kit.cli import (
     converge_cmds,
     secrets_cmds,
     site_cmds,
+    status_cmds,
     verify_cmds,
 )
 from deploy_kit.cli.environment import Environment
@@ -40,6 +41,7 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_comp
 for verb in (site_cmds.plan, site_cmds.render, site_cmds.validate, converge_cmds.up,
              site_cmds.wheelhouse, converge_cmds.down, verify_cmds.verify, verify_cmds.doctor):
     app.command()(verb)
+app.command()(status_cmds.status)
 app.add_typer(cache_cmds.cache_app, name="cache")
 app.add_typer(bench_cmds.bench_app, name="bench")
 app.add_typer(secrets_cmds.secrets_app, name="secrets")
