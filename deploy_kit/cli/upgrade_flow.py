@@ -78,21 +78,21 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
     """Read every (limited) host's recorded versions and compare them with the inventory."""
     from deploy_kit.cli.connection import on_site
     from deploy_kit.config.selection import SelectionError, limited_hosts
-    from deploy_kit.ops.records import RecordsUnreadable, read_versions
+    from deploy_kit.ops.records import read_versions
     from deploy_kit.ops.upgrade import detect
 
     try:
         hosts = limited_hosts(site, limit) if limit else None
     except SelectionError as exc:
         raise typer.BadParameter(str(exc), param_hint="--limit") from None
-    try:
-        with console().status("reading each host's converge record (versions)…"):
-            recorded = read_versions(on_site(site, connection), hosts)
-    except RecordsUnreadable as exc:
-        raise HostsUnreachable(f"cannot read the converge record of {exc}",
-                               hint="the inventory's connection settings are used as by "
-                                    "`deploykit up`; `--limit` leaves a host out") from None
-    return detect(site, recorded, hosts)
+    with console().status("reading each host's converge record (versions)…"):
+        recorded = read_versions(on_site(site, connection), hosts)
+    found = detect(site, recorded, hosts)
+    for host, why in sorted(found.unknown.items()):
+        if "could not be read" in why:  # Ansible will say the same of it in the run
+            console().print(f"[yellow]warning:[/] {escape(host)}: {escape(why)}; it is in "
+                            "no wave, only in the last, ordinary run")
+    return found
 
 
 def show_upgrade(upgrade: Upgrade) -> None:
@@ -112,16 +112,22 @@ def staged_restart(site: Site, limit_hosts: set[str] | None) -> Upgrade:
 
 
 @contextmanager
-def _stopping(inventory: str, flow: FlowOptions, wave: str) -> Iterator[None]:
-    """A failure in a wave names the wave and how to go on, keeping its exit code."""
+def _stopping(inventory: str, flow: FlowOptions, wave: str,
+              staged_rest: list[str] | None) -> Iterator[None]:
+    """A failure in a wave names the wave and how to go on, keeping its exit code. An
+    upgrade resumes by the same command (the records); a staged restart keeps no state, so
+    its way on names the hosts it did not reach (`staged_rest`)."""
     from deploy_kit.ops.upgrade import resume_hint
 
     try:
         yield
     except DeployKitError as exc:
         exc.message = f"{wave}: {exc.message}"
-        exc.hint = (f"{exc.hint}; " if exc.hint else "") + resume_hint(
-            inventory, shlex.join(flow.argv()))
+        how = resume_hint(inventory, shlex.join(flow.argv())) if staged_rest is None else (
+            f"the hosts this restart did not reach restart with `deploykit up -i {inventory} "
+            f"--restart-serving --limit {','.join(staged_rest)}`" if staged_rest else
+            "this was the last wave")
+        exc.hint = (f"{exc.hint}; " if exc.hint else "") + how
         raise
 
 
@@ -154,7 +160,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
         with (nullcontext() if options.check else site_lock(site.root, "up", lock_wait)):
             upgrade = survey(site, options.limit, reach)
             restart = bool(run_vars.get("deploykit_restart_serving"))
-            if not upgrade.pending and flow.staged() and restart:
+            staged = not upgrade.pending and flow.staged() and restart
+            if staged:
                 upgrade = staged_restart(site, limited_hosts(site, options.limit)
                                          if options.limit else None)
             elif not upgrade.pending and flow.staged():
@@ -183,7 +190,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
             for i, wave in enumerate(waves, 1):
                 title = wave.title(i, len(waves))
                 console().print(f"[bold]{escape(title)}[/]")
-                with _stopping(name, flow, title):
+                rest_hosts = [h for w in waves[i:] for h in w.hosts] if staged else None
+                with _stopping(name, flow, title, rest_hosts):
                     wave_vars = dict(run_vars)
                     if wave.restart_serving:
                         wave_vars["deploykit_restart_serving"] = True
@@ -193,16 +201,44 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                     verify_wave(site, wave, reach, title)
                 if wave.canary and flow.pause_after_canary and \
                         not any(w.canary for w in waves[i:]):
-                    console().print(f"[bold]paused after the canary[/]: check it, then go on "
-                                    f"with `deploykit up -i {name}"
-                                    f"{' ' + shlex.join(flow.argv()) if flow.argv() else ''}`"
-                                    " (its record says it is upgraded: no canary again)")
+                    again = f"`deploykit up -i {name}" + (
+                        f" {shlex.join(flow.argv())}`" if flow.argv() else "`") + \
+                        " (the canary's record says it is upgraded: no canary again)"
+                    if staged:
+                        again = (f"`deploykit up -i {name} --restart-serving --limit "
+                                 f"{','.join(h for w in waves[i:] for h in w.hosts)}`")
+                    console().print(f"[bold]paused after the canary[/]: check it, then go "
+                                    f"on with {again}")
                     return
-            console().print("[bold]the rest[/]: every host not in a wave (the Ceph admin "
-                            "host, monitoring, hosts with nothing to upgrade)")
-            _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach, ())
-            console().print(f"[green]upgrade done[/]: {len(upgrade.moving)} host(s) in "
-                            f"{len(waves)} wave(s), each verified")
+            rest = final_run(site, options, run_vars, waves)
+            if rest is not None:
+                console().print("[bold]the rest[/]: every host not in a wave (the Ceph "
+                                "admin host, monitoring, hosts with nothing to upgrade)")
+                _run_playbook("up", "site.yml", inventory, vault, rest[0], rest[1], reach,
+                              ())
+            console().print(f"[green]{'rollout' if staged else 'upgrade'} done[/]: "
+                            f"{len(upgrade.moving)} host(s) in {len(waves)} wave(s), each "
+                            "verified")
+
+
+def final_run(site: Site, options: AnsibleOptions, run_vars: dict[str, Any],
+              waves: list[Wave]) -> tuple[AnsibleOptions, dict[str, Any]] | None:
+    """The run after the waves: the hosts of the (user's) limit that no wave converged,
+    or None when none is left. The wave hosts are left out by name: their records already
+    skip them, except under --full or --restart-serving, which would converge or restart
+    them a second time. --restart-serving stays only while a serving host of the limit
+    was in no wave (the waves restarted the others)."""
+    from deploy_kit.config.selection import limited_hosts
+
+    rolled = {h for w in waves for h in w.hosts}
+    chosen = limited_hosts(site, options.limit) if options.limit else set(site.hosts)
+    if not chosen - rolled:
+        return None
+    terms = [options.limit or "*", *(f"!{h}" for h in sorted(rolled))]
+    rest_vars = dict(run_vars)
+    if not any("vllm" in site.hosts[h].groups for h in chosen - rolled):
+        rest_vars.pop("deploykit_restart_serving", None)
+    return replace(options, limit=",".join(terms)), rest_vars
 
 
 def verify_wave(site: Site, wave: Wave, connection: ConnectionOptions, title: str,

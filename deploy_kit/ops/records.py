@@ -29,14 +29,6 @@ echo none
 """
 
 
-class RecordsUnreadable(Exception):
-    """Hosts whose record could not be read (unreachable): their state is unknown."""
-
-    def __init__(self, hosts: dict[str, str]) -> None:
-        super().__init__("; ".join(f"{h}: {why}" for h, why in sorted(hosts.items())))
-        self.hosts = hosts
-
-
 def parse(output: str) -> dict[str, Any] | None:
     line = output.strip().splitlines()[-1] if output.strip() else "none"
     if line == "none":
@@ -49,17 +41,19 @@ def parse(output: str) -> dict[str, Any] | None:
 
 
 def read_versions(site: Site, hosts: Iterable[str] | None = None
-                  ) -> dict[str, dict[str, Any] | None]:
-    """Each versioned host's recorded versions (None: no record). Raises RecordsUnreadable
-    naming the hosts that could not be read."""
+                  ) -> dict[str, dict[str, Any] | str | None]:
+    """Each versioned host's recorded versions: a dict ({} for a record that keeps none),
+    None for no record, or a string saying why it could not be read (unreachable)."""
     from deploy_kit.transport.hosts import run_many
 
     names = sorted(site.hosts) if hosts is None else sorted(hosts)
     chosen = [site.hosts[n] for n in names if host_versions(site.hosts[n])]
     results = run_many(site, [(h, _SCRIPT.format(path=shlex.quote(
         h.config.deploykit_common_record_path))) for h in chosen], timeout=60)
-    failed = {r.host: r.error or f"the script exited {r.rc}" for r in results
-              if r.error is not None or r.rc not in (0, None)}
-    if failed:
-        raise RecordsUnreadable(failed)
-    return {r.host: parse(r.stdout) for r in results}
+    read: dict[str, dict[str, Any] | str | None] = {}
+    for r in results:
+        if r.error is not None or r.rc not in (0, None):
+            read[r.host] = r.error or f"the script exited {r.rc}"
+        else:
+            read[r.host] = parse(r.stdout)
+    return read

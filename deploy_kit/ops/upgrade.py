@@ -155,10 +155,11 @@ def _same(a: Any, b: Any) -> bool:
     return str(a) == str(b)
 
 
-def detect(site: Site, recorded: Mapping[str, Mapping[str, Any] | None],
+def detect(site: Site, recorded: Mapping[str, Mapping[str, Any] | str | None],
            hosts: Iterable[str] | None = None) -> Upgrade:
     """Compare each host's recorded versions (`recorded[host]`: the record's `versions`,
-    {} for a record without them, None for no record) with the inventory's."""
+    {} for a record without them, None for no record, a string for why it could not be
+    read) with the inventory's."""
     upgrade = Upgrade()
     changes: dict[tuple[str, str, str], list[str]] = {}
     keys: dict[tuple[str, str, str], tuple[Any, Any, list[str]]] = {}
@@ -169,6 +170,9 @@ def detect(site: Site, recorded: Mapping[str, Mapping[str, Any] | None],
         if not want:
             continue  # runs none of the versioned components (the Ceph admin host)
         have = recorded.get(name)
+        if isinstance(have, str):
+            upgrade.unknown[name] = f"its converge record could not be read ({have})"
+            continue
         if have is None:
             upgrade.unknown[name] = "no converge record (a first install)"
             continue

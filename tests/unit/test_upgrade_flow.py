@@ -340,7 +340,9 @@ def test_up_rolls_the_waves_verifying_each_then_the_rest(
     assert rc == 0, out
     assert "upgrade: vllm 0.33.0 → 0.34.0 on 3 hosts" in out
     assert "cold cache: new key space" in out
-    assert [r["limit"] for r in flow.runs] == ["gpu0000", "gpu0001,gpu0002", None]
+    # the last run converges what no wave did, the wave hosts left out by name
+    assert [r["limit"] for r in flow.runs] == ["gpu0000", "gpu0001,gpu0002",
+                                               "*,!gpu0000,!gpu0001,!gpu0002"]
     assert flow.verified == ["gpu0000", "gpu0001,gpu0002"]
     assert [r["vars"].get("deploykit_restart_serving") for r in flow.runs] == [
         True, True, None]
@@ -366,7 +368,8 @@ def test_a_failed_verify_stops_the_flow_with_exit_6_and_says_how_to_resume(
     with_records(monkeypatch, {**records(old), **records(new, ["gpu0000"])})
     rc, out = run_up("-i", str(new.inventory_source), "--batch", "1")
     assert rc == 0, out
-    assert [r["limit"] for r in flow.runs] == ["gpu0001", "gpu0002", None]
+    assert [r["limit"] for r in flow.runs] == ["gpu0001", "gpu0002",
+                                               "*,!gpu0001,!gpu0002"]
     assert "canary" not in " ".join(line for line in out.splitlines()
                                     if line.strip().startswith("wave"))
 
@@ -408,9 +411,49 @@ def test_restart_serving_with_a_canary_stages_the_restart(
     rc, out = run_up("-i", str(site.inventory_source), "--restart-serving", "--canary",
                      "gpu0001")
     assert rc == 0, out
-    assert [r["limit"] for r in flow.runs] == ["gpu0001", "gpu0000", None]
+    assert [r["limit"] for r in flow.runs] == ["gpu0001", "gpu0000", "*,!gpu0000,!gpu0001"]
     assert flow.verified == ["gpu0001", "gpu0000"]
-    assert all(r["vars"]["deploykit_restart_serving"] for r in flow.runs)
+    # the waves restarted every serving host: the last run restarts none again
+    assert [r["vars"].get("deploykit_restart_serving") for r in flow.runs] == [
+        True, True, None]
+    assert "rollout done" in out
+    # a staged restart keeps no state: a stop names the hosts it did not reach
+    flow.runs.clear()
+    flow.fail_verify = {"gpu0001"}
+    rc, out = run_up("-i", str(site.inventory_source), "--restart-serving", "--canary",
+                     "gpu0001")
+    assert rc == 6
+    assert (f"`deploykit up -i {site.inventory_source} --restart-serving --limit gpu0000`"
+            in out.replace("\n", " "))
+
+
+def test_the_last_run_keeps_the_users_limit_and_restarts_serving_hosts_no_wave_did(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch,
+        flow: Calls) -> None:
+    """Only the gateways move (Consul); --restart-serving: the serving hosts restart in the
+    last run. With --limit, nothing outside it is read, rolled or run."""
+    old = fleet(make_inventory, 2)
+    root = make_inventory(hosts=yaml.safe_load(
+        Path(old.inventory_source, "hosts.yml").read_text()), all={"consul_version": "1.17.0"})
+    with_records(monkeypatch, records(old))
+    rc, out = run_up("-i", str(root), "--restart-serving", "--limit", "rgw,vllm")
+    assert rc == 0, out
+    assert [r["limit"] for r in flow.runs] == ["rgw1", "rgw2", "rgw,vllm,!rgw1,!rgw2"]
+    assert [r["vars"].get("deploykit_restart_serving") for r in flow.runs] == [
+        True, True, True]
+    assert "c1" not in out  # the Consul servers are outside the limit
+
+
+def test_a_host_whose_record_cannot_be_read_is_warned_about_and_left_to_the_last_run(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch,
+        flow: Calls) -> None:
+    old = fleet(make_inventory, 3, vllm_version="0.33.0")
+    new = fleet(make_inventory, 3, vllm_version="0.34.0")
+    with_records(monkeypatch, {**records(old), "gpu0002": "unreachable through Ansible"})
+    rc, out = run_up("-i", str(new.inventory_source))
+    assert rc == 0, out
+    assert "gpu0002: its converge record could not be read (unreachable" in out
+    assert [r["limit"] for r in flow.runs] == ["gpu0000", "gpu0001", "*,!gpu0000,!gpu0001"]
 
 
 def test_bad_flow_options_exit_2_before_any_host_is_read(
@@ -469,3 +512,30 @@ def test_the_flow_holds_one_site_lock_its_runs_reuse(tmp_path: Path,
         assert other.returncode != 0 and "SiteBusy" in other.stderr
     with site_lock(root, "up"):  # released: free again
         pass
+
+
+def test_plan_upgrade_shows_the_changes_the_cold_cache_and_the_waves(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = fleet(make_inventory, 3, lmcache_version="0.5.5")
+    new = fleet(make_inventory, 3, lmcache_version="0.5.6")
+    with_records(monkeypatch, records(old))
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdin=io.StringIO(), stdout=out, stderr=err,
+                      env={**os.environ, "COLUMNS": "400"}, color=False)
+    assert main(["plan", "-i", str(new.inventory_source), "--upgrade"], env) == 0
+    text = out.getvalue()
+    assert "upgrade: lmcache 0.5.5 → 0.5.6 on 3 hosts" in text
+    assert "cold cache: new key space (lmcache_version 0.5.5 → 0.5.6)" in text
+    assert "rollout: wave 1/3: serving canary, 1 host (gpu0000)" in text
+    out.truncate(0)
+    assert main(["plan", "-i", str(new.inventory_source), "--upgrade", "--json"], env) == 0
+    doc = json.loads(out.getvalue().strip("\0"))
+    pending = doc["data"]["upgrade"] if "data" in doc else doc["upgrade"]
+    assert pending["cold_cache"] is True
+    assert pending["changes"] == [{"component": "lmcache", "from": "0.5.5", "to": "0.5.6",
+                                   "hosts": ["gpu0000", "gpu0001", "gpu0002"]}]
+    # without --upgrade, plan reads no host
+    from deploy_kit.ops import records as rec
+
+    monkeypatch.setattr(rec, "read_versions", lambda *a, **k: pytest.fail("read a host"))
+    assert main(["plan", "-i", str(new.inventory_source)], env) == 0
