@@ -23,7 +23,7 @@ try:
     r = json.load(open(sys.argv[1]))
 except (OSError, ValueError):
     print("none"); raise SystemExit
-print(json.dumps(r.get("versions") or {{}} if isinstance(r, dict) else {{}}))' "$p"
+print(json.dumps((r.get("versions") or {{}}) if isinstance(r, dict) else {{}}))' "$p"
 done
 echo none
 """

@@ -539,3 +539,26 @@ def test_plan_upgrade_shows_the_changes_the_cold_cache_and_the_waves(
 
     monkeypatch.setattr(rec, "read_versions", lambda *a, **k: pytest.fail("read a host"))
     assert main(["plan", "-i", str(new.inventory_source)], env) == 0
+
+
+def test_the_record_read_script_prints_only_the_versions(tmp_path: Path) -> None:
+    """The script `up` runs on each host (through Ansible's shell module), run here by sh:
+    the versions of a record, {} for a record without them, `none` for no or a bad one."""
+    from deploy_kit.ops.records import _SCRIPT, parse
+
+    def read(path: Path) -> Any:
+        done = subprocess.run(["sh"], input=_SCRIPT.format(path=str(path)), text=True,
+                              capture_output=True, check=True)
+        return parse(done.stdout)
+
+    record = tmp_path / "converged.json"
+    assert read(record) is None
+    record.write_text(json.dumps({"digest": "secret-digest", "paths": {"/x": "y"},
+                                  "versions": {"vllm": "0.34.0"}}))
+    assert read(record) == {"vllm": "0.34.0"}
+    record.write_text(json.dumps({"digest": "d"}))
+    assert read(record) == {}
+    record.write_text("{not json")
+    assert read(record) is None
+    record.write_text("[1, 2]")
+    assert read(record) == {}
