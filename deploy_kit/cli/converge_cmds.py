@@ -339,7 +339,8 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
         from deploy_kit.cli.upgrade_flow import FlowOptions, run_flow
 
         run_flow(inventory, vault, options, run_vars, connection, wait_lock,
-                 FlowOptions(canary, no_canary, batch, pause_after_canary))
+                 FlowOptions(canary, no_canary, batch, pause_after_canary),
+                 _run_playbook, refuse_bad_input)
         return
     run_playbook("up", "site.yml", inventory, vault, options, run_vars,
                  connection=connection, listing=listing, lock_wait=wait_lock)

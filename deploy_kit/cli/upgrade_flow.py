@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import functools
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import typer
 from rich.markup import escape
@@ -78,8 +78,8 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
     """Read every (limited) host's recorded versions and compare them with the inventory."""
     from deploy_kit.cli.connection import on_site
     from deploy_kit.config.selection import SelectionError, limited_hosts
-    from deploy_kit.ops.records import read_versions
     from deploy_kit.ops.upgrade import detect
+    from deploy_kit.transport.records import read_versions
 
     try:
         hosts = limited_hosts(site, limit) if limit else None
@@ -131,12 +131,21 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
         raise
 
 
+class RunPlaybook(Protocol):
+    """converge_cmds._run_playbook: one `up` run (passed in: that module calls this one)."""
+
+    def __call__(self, verb: str, playbook: str, inventory: str | list[str],
+                 vault: VaultOptions, options: AnsibleOptions, run_vars: dict[str, object],
+                 connection: ConnectionOptions, listing: tuple[str, ...],
+                 lock_wait: float = 0.0) -> None: ...
+
+
 def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
              run_vars: dict[str, Any], connection: ConnectionOptions, lock_wait: float,
-             flow: FlowOptions) -> None:
+             flow: FlowOptions, _run_playbook: RunPlaybook,
+             refuse_bad_input: Callable[[Site, AnsibleOptions], None]) -> None:
     """`up`: read the records; no upgrade pending, one ordinary run; else the waves."""
     from deploy_kit.cli.connection import reaching
-    from deploy_kit.cli.converge_cmds import _run_playbook, refuse_bad_input
     from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import limited_hosts
     from deploy_kit.ops.site_lock import site_lock

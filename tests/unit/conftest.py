@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _no_host_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    from deploy_kit.ops import records
+    from deploy_kit.transport import records
 
     def none(site: Any, hosts: Any = None) -> dict[str, Any]:
         return {}

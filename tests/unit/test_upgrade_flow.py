@@ -176,7 +176,7 @@ def test_the_converge_module_writes_the_versions_into_the_record(tmp_path: Path)
                           env={"PYTHONPATH": str(Path.cwd()), "PATH": "/usr/bin:/bin"})
     assert json.loads(done.stdout)["changed"] is False, done.stderr
     assert json.loads(record.read_text())["versions"] == args["ANSIBLE_MODULE_ARGS"]["versions"]
-    from deploy_kit.ops.records import parse
+    from deploy_kit.transport.records import parse
     assert parse("none\n") is None and parse('{"vllm": "0.34.0"}\n') == {"vllm": "0.34.0"}
 
 
@@ -317,7 +317,7 @@ def flow(monkeypatch: pytest.MonkeyPatch) -> Calls:
 
 
 def with_records(monkeypatch: pytest.MonkeyPatch, recorded: dict[str, Any]) -> None:
-    from deploy_kit.ops import records as rec
+    from deploy_kit.transport import records as rec
 
     monkeypatch.setattr(rec, "read_versions", lambda site, hosts=None: {
         h: v for h, v in recorded.items() if hosts is None or h in hosts})
@@ -459,7 +459,7 @@ def test_a_host_whose_record_cannot_be_read_is_warned_about_and_left_to_the_last
 def test_bad_flow_options_exit_2_before_any_host_is_read(
         make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch,
         flow: Calls) -> None:
-    from deploy_kit.ops import records as rec
+    from deploy_kit.transport import records as rec
 
     def no(*a: Any, **k: Any) -> None:
         raise AssertionError("a host was read")
@@ -535,7 +535,7 @@ def test_plan_upgrade_shows_the_changes_the_cold_cache_and_the_waves(
     assert pending["changes"] == [{"component": "lmcache", "from": "0.5.5", "to": "0.5.6",
                                    "hosts": ["gpu0000", "gpu0001", "gpu0002"]}]
     # without --upgrade, plan reads no host
-    from deploy_kit.ops import records as rec
+    from deploy_kit.transport import records as rec
 
     monkeypatch.setattr(rec, "read_versions", lambda *a, **k: pytest.fail("read a host"))
     assert main(["plan", "-i", str(new.inventory_source)], env) == 0
@@ -544,7 +544,7 @@ def test_plan_upgrade_shows_the_changes_the_cold_cache_and_the_waves(
 def test_the_record_read_script_prints_only_the_versions(tmp_path: Path) -> None:
     """The script `up` runs on each host (through Ansible's shell module), run here by sh:
     the versions of a record, {} for a record without them, `none` for no or a bad one."""
-    from deploy_kit.ops.records import _SCRIPT, parse
+    from deploy_kit.transport.records import _SCRIPT, parse
 
     def read(path: Path) -> Any:
         done = subprocess.run(["sh"], input=_SCRIPT.format(path=str(path)), text=True,
