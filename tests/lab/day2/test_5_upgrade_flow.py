@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from tests.lab.conftest import Lab
 from tests.lab.vllm_http import SERVING
@@ -28,14 +29,24 @@ def test_the_records_keep_the_versions_and_nothing_is_pending(converged: Lab) ->
         versions = recorded_versions(converged, address)
         assert versions["vllm"] and versions["lmcache"]
         assert versions["key_space"]["lmcache_chunk_size"] > 0
+    start = time.monotonic()
+    converged.deploykit("plan", "-i", "lab")
+    offline = time.monotonic() - start
+    start = time.monotonic()
     plan = converged.deploykit("plan", "-i", "lab", "--upgrade")
+    reading = time.monotonic() - start
     assert "upgrade: none" in plan.stdout, plan.stdout + plan.stderr
+    # what the record read adds to every `up` (docs/day2.md#upgrades)
+    print(f"plan: {offline:.1f} s; plan --upgrade: {reading:.1f} s")
 
 
 def test_a_staged_restart_rolls_the_canary_first_and_verifies_each_wave(
         converged: Lab) -> None:
+    start = time.monotonic()
     done = converged.deploykit("up", "-i", "lab", "--restart-serving", "--canary", "lab4",
                                "--batch", "1")
+    print(f"staged restart of lab4 then lab3, verify after each: "
+          f"{time.monotonic() - start:.0f} s")
     out = done.stdout + done.stderr
     waves = re.findall(r"^wave (\d)/(\d): serving (canary|batch), 1 host \((lab\d)\)", out,
                        re.MULTILINE)
@@ -49,6 +60,8 @@ def test_a_staged_restart_rolls_the_canary_first_and_verifies_each_wave(
 
 
 def test_with_nothing_to_upgrade_up_is_one_ordinary_run(converged: Lab) -> None:
+    start = time.monotonic()
     done = converged.deploykit("up", "-i", "lab")
+    print(f"up with nothing to do, the record read included: {time.monotonic() - start:.1f} s")
     out = done.stdout + done.stderr
     assert "wave " not in out and "upgrade:" not in out, out
