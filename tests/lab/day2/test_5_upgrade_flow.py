@@ -54,7 +54,7 @@ def test_a_staged_restart_rolls_the_canary_first_and_verifies_each_wave(
     verified = re.findall(r"^verify --limit (lab\d): (.*)$", out, re.MULTILINE)
     assert [host for host, _ in verified] == ["lab4", "lab3"], out
     assert all("fail" not in summary for _, summary in verified), out
-    assert "upgrade done" in out
+    assert "rollout done" in out  # a staged restart; a version change says "upgrade done"
     # the canary's run came first: its run record is older than the batch's
     assert out.index("wave 1/2") < out.index("verify --limit lab4") < out.index("wave 2/2")
 
