@@ -562,3 +562,37 @@ def test_the_record_read_script_prints_only_the_versions(tmp_path: Path) -> None
     assert read(record) is None
     record.write_text("[1, 2]")
     assert read(record) == {}
+
+
+def test_each_wave_is_a_real_limited_up_run_inside_the_flows_lock(
+        make_inventory: InventoryFactory, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """Only Ansible and verify replaced: every wave goes through `up`'s own request builder
+    (render tree, generated secrets, the site lock the flow holds: no exit 7 against
+    itself), with the wave's --limit and the serving restart."""
+    from deploy_kit.ansible import runner
+    from deploy_kit.ansible.command import playbook_argv
+    from deploy_kit.ansible.events import RunRecord
+    from deploy_kit.cli import upgrade_flow
+    from deploy_kit.ops.site_lock import LOCK_DIR_ENV
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
+    monkeypatch.setenv("DEPLOYKIT_RUNS_DIR", str(tmp_path / "runs"))
+    argvs: list[list[str]] = []
+
+    def run(request: Any, console: Any, record_dir: Path,
+            env: Any = None) -> tuple[RunRecord, Path, int]:
+        argvs.append(playbook_argv(request))
+        return RunRecord(), record_dir, 0
+
+    monkeypatch.setattr(runner, "run_playbook", run)
+    monkeypatch.setattr(upgrade_flow, "verify_wave", lambda *a, **k: None)
+    old = fleet(make_inventory, 2, vllm_version="0.33.0")
+    new = fleet(make_inventory, 2, vllm_version="0.34.0")
+    with_records(monkeypatch, records(old))
+    rc, out = run_up("-i", str(new.inventory_source))
+    assert rc == 0, out
+    limits = [a[a.index("--limit") + 1] for a in argvs]
+    assert limits == ["gpu0000", "gpu0001", "*,!gpu0000,!gpu0001"]
+    restart = ['"deploykit_restart_serving": true' in " ".join(a) for a in argvs]
+    assert restart == [True, True, False]
