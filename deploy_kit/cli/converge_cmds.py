@@ -71,29 +71,14 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
                   connection: ConnectionOptions, listing: tuple[str, ...],
                   lock_wait: float = 0.0) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
-    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
-    from deploy_kit.ansible.tags import unknown_tags
     from deploy_kit.config.open import open_site
     from deploy_kit.config.vault import command_flags
-    from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.project import project_dir
 
     run_vars = run_vars or {}
     secrets = vault.secrets()  # a prompt asks here, once: ansible-playbook gets the files
     site = open_site(inventory, secrets)  # exit 3 before any host is contacted
-    refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
-    for path in options.extra_vars:
-        if not path.is_file():
-            raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
-    check_extra_vars(options.extra_vars)
-    check_inline_vars(options.inline_vars)
-    unknown = unknown_tags(options.tags + options.skip_tags, project_dir())
-    if unknown:
-        raise typer.BadParameter(
-            f"no task is tagged {', '.join(unknown)}; tags: "
-            f"{', '.join(sorted(known_tags_of(project_dir())))}", param_hint="--tags")
-    if options.limit:
-        check_limit(site, options.limit)
+    refuse_bad_input(site, options)
     request = RunRequest(
         verb=verb, playbook=project_dir() / "playbooks" / playbook,
         inventory=site.inventory_source.resolve(),
@@ -138,6 +123,29 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
         generated = fill_secrets(site, verb, check=False)
         _run_rendered(verb, site, request, options, secrets,
                       issue_tls(site) if verb == "up" else None, lock, generated)
+
+
+def refuse_bad_input(site: Site, options: AnsibleOptions) -> None:
+    """Exit 2 or 3 before any host is contacted: an unusable CA, a missing vars file,
+    deploykit settings in -e, an unknown tag, a --limit that names nothing."""
+    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
+    from deploy_kit.ansible.tags import unknown_tags
+    from deploy_kit.ops.tls import refuse_bad_ca
+    from deploy_kit.project import project_dir
+
+    refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
+    for path in options.extra_vars:
+        if not path.is_file():
+            raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
+    check_extra_vars(options.extra_vars)
+    check_inline_vars(options.inline_vars)
+    unknown = unknown_tags(options.tags + options.skip_tags, project_dir())
+    if unknown:
+        raise typer.BadParameter(
+            f"no task is tagged {', '.join(unknown)}; tags: "
+            f"{', '.join(sorted(known_tags_of(project_dir())))}", param_hint="--tags")
+    if options.limit:
+        check_limit(site, options.limit)
 
 
 def fill_secrets(site: Site, verb: str, check: bool) -> dict[str, str]:
@@ -293,21 +301,49 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
            "--full", help="converge every host, also those whose last converge still holds "
                           "(by default a re-run leaves them out: same inputs, no watched "
                           "file changed, every unit that ran still active)")] = False,
-       wait_lock: WaitLockOpt = 0.0) -> None:
+       wait_lock: WaitLockOpt = 0.0,
+       canary: Annotated[str | None, typer.Option(
+           "--canary", metavar="HOST",
+           help="with an upgrade pending: the host its tier upgrades first (default: the "
+                "tier's first moving host); with --restart-serving and no upgrade: stage "
+                "the restart, this host first")] = None,
+       no_canary: Annotated[bool, typer.Option(
+           "--no-canary", help="with an upgrade pending: no canary wave, batches at once")
+       ] = False,
+       batch: Annotated[str | None, typer.Option(
+           "--batch", metavar="N|N%",
+           help="serving hosts per wave after the canary, a count or a share of the tier "
+                "[default: 10%]; gateways and Consul servers go one at a time")] = None,
+       pause_after_canary: Annotated[bool, typer.Option(
+           "--pause-after-canary",
+           help="stop (exit 0) once the canary is upgraded and verified; the same `up` "
+                "again goes on from there")] = False) -> None:
     """Converge: pools, gateways, S3 user/bucket, Consul, CoreDNS, resolvers, LMCache, vLLM.
-    A re-run leaves out each host whose last converge still holds (--full: none)."""
+    A re-run leaves out each host whose last converge still holds (--full: none).
+
+    A version change (each host's converge record against the inventory) rolls as a flow:
+    a canary host per tier, verified, then the rest in batches, each verified before the
+    next; a failure stops it (exit 4, or 6 for a failed verify) and the same command
+    resumes (docs/day2.md#upgrades)."""
     options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
                                 diff=diff, extra_vars=extra_vars, print_command=print_command,
                                 verbose=verbose, become=become, forks=forks)
     run_vars: dict[str, object] = {
         name: True for name, on in (("deploykit_restart_serving", restart_serving),
                                     ("deploykit_full", full)) if on}
-    run_playbook("up", "site.yml", inventory,
-                 VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options, run_vars,
-                 connection=ConnectionOptions(ask_become_pass=ask_become_pass,
-                                              become_user=become_user, user=user,
-                                              private_key=private_key),
-                 listing=listing_flags(list_hosts, list_tasks), lock_wait=wait_lock)
+    connection = ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
+                                   user=user, private_key=private_key)
+    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
+    listing = listing_flags(list_hosts, list_tasks)
+    if not (listing or print_command):  # these contact no host: no record to read
+        from deploy_kit.cli.upgrade_flow import FlowOptions, run_flow
+
+        run_flow(inventory, vault, options, run_vars, connection, wait_lock,
+                 FlowOptions(canary, no_canary, batch, pause_after_canary),
+                 _run_playbook, refuse_bad_input)
+        return
+    run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                 connection=connection, listing=listing, lock_wait=wait_lock)
 
 
 def _refuse_run_vars(options: AnsibleOptions) -> None:

@@ -1,10 +1,11 @@
-"""plan, render, validate: the inventory alone, no host contacted."""
+"""plan, render, validate: the inventory alone, no host contacted (plan --upgrade reads
+each host's converge record)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +20,7 @@ from deploy_kit.cli.secrets_cmds import note_not_generated
 from deploy_kit.console import console, data_console, stdout
 
 if TYPE_CHECKING:
+    from deploy_kit.config.site import Site
     from deploy_kit.render.tls import Sources
 
 CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be TLS material
@@ -32,8 +34,14 @@ def plan(inventory: InventoryOpt,
          ] = False,
          vault_id: VaultIdOpt = None,
          vault_password_file: VaultPasswordFileOpt = None,
-         ask_vault_pass: AskVaultOpt = False) -> None:
-    """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order."""
+         ask_vault_pass: AskVaultOpt = False,
+         upgrade: Annotated[bool, typer.Option(
+             "--upgrade", help="also read each host's converge record (read-only, through "
+                               "the inventory's connection, as verify) and show the "
+                               "version changes `up` would roll and whether LMCache's "
+                               "cache goes cold")] = False) -> None:
+    """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order.
+    Reads the inventory alone, unless --upgrade."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
     from deploy_kit.core.envelope import dumps
@@ -44,14 +52,42 @@ def plan(inventory: InventoryOpt,
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
+    pending = _pending_upgrade(site) if upgrade else None
     if as_json:
         payload = result.to_dict()
+        if pending is not None:
+            payload["upgrade"] = pending
         del payload["schema"]  # the envelope's schema says the version
         payload["deployment"] = payload.pop("site")  # the envelope's site is the name
         stdout().write(dumps("plan", 2, site.name, payload))
     else:
         show_plan(result, data_console(), per_host=per_host)
         note_not_generated(site, data_console())  # part of the plan: stdout
+        if pending is not None:
+            lines = pending["lines"] or ["upgrade: none (every host's record has the "
+                                         "inventory's versions)"]
+            for line in [*lines, *pending["waves"]]:
+                data_console().print(line, markup=False, soft_wrap=True)
+
+
+def _pending_upgrade(site: Site) -> dict[str, Any]:
+    """plan --upgrade: what `up` would print and roll (cli/upgrade_flow.py)."""
+    from deploy_kit.cli.options import ConnectionOptions
+    from deploy_kit.cli.upgrade_flow import survey
+    from deploy_kit.ops.upgrade import plan_waves
+
+    found = survey(site, None, ConnectionOptions())
+    waves = plan_waves(site, found) if found.pending else []
+    return {
+        "lines": found.lines(),
+        "cold_cache": found.cold_cache,
+        "changes": [{"component": c.component, "from": c.old, "to": c.new,
+                     "hosts": list(c.hosts)} for c in found.changes],
+        "key_space": [{"setting": k.setting, "from": k.old, "to": k.new,
+                       "hosts": list(k.hosts), "why": k.why} for k in found.key_changes],
+        "unknown": found.unknown,
+        "waves": ["rollout: " + w.title(i, len(waves)) for i, w in enumerate(waves, 1)],
+    }
 
 
 def render(inventory: InventoryOpt,

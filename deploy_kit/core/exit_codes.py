@@ -12,7 +12,7 @@ class ExitCode(IntEnum):
     INVALID_INVENTORY = 3  # inventory or config failed validation; no host was contacted
     ANSIBLE_FAILED = 4  # one or more Ansible tasks failed
     HOSTS_UNREACHABLE = 5  # one or more hosts could not be reached
-    VERIFY_FAILED = 6  # `verify` found at least one failing check
+    VERIFY_FAILED = 6  # `verify` (or the verify between `up`'s upgrade waves) found a failing check
     # this machine lacks something the command needs (root, a package), or cannot run it now:
     # another run holds the site's lock (ops/site_lock.py)
     ENVIRONMENT = 7

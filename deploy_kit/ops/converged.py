@@ -15,6 +15,7 @@ from typing import Any
 from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.ops.upgrade import host_versions
 from deploy_kit.render import consul_tls
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
@@ -173,4 +174,7 @@ def watch(host: Host, rendered: Iterable[str]) -> dict[str, Any]:
         "probes": cluster_probes(host),
         "breaker_units": units,
         "breaker_pattern": pattern,
+        # what the host runs once converged: an upgrade is a record whose versions differ
+        # from the inventory's (ops/upgrade.py)
+        "versions": host_versions(host),
     }

@@ -32,6 +32,9 @@ from deploy_kit.core.errors import EnvironmentProblem
 LOCK_DIR_ENV = "DEPLOYKIT_LOCK_DIR"
 POLL_S = 0.2  # how often --wait-lock retries
 MAX_RECORD = 4096  # a holder record is ~300 bytes; more is not ours
+# the locks this process holds, by lock file: a run inside a held lock (each wave of an
+# upgrade flow is one `up`) reuses it instead of waiting on itself (flock is per open file)
+_HELD: dict[str, SiteLock] = {}
 
 
 class SiteBusy(EnvironmentProblem):
@@ -70,6 +73,10 @@ def site_lock(root: Path, verb: str, wait_s: float = 0.0) -> Iterator[SiteLock]:
     """Hold the site's lock for the block, or raise SiteBusy naming the holder (at once,
     or after wait_s seconds of retrying)."""
     path = lock_path(root)
+    held = _HELD.get(str(path))
+    if held is not None:  # this process holds it (an upgrade flow's runs): the same lock
+        yield held
+        return
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -84,8 +91,10 @@ def site_lock(root: Path, verb: str, wait_s: float = 0.0) -> Iterator[SiteLock]:
                   "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
         try:
             _write_record(fd, record)
-            yield SiteLock(fd, record)
+            lock = _HELD[str(path)] = SiteLock(fd, record)
+            yield lock
         finally:
+            _HELD.pop(str(path), None)
             os.ftruncate(fd, 0)  # released (the run failed or not): no record to mislead
     finally:
         os.close(fd)  # closing the last descriptor drops the flock

@@ -42,6 +42,13 @@ options:
   breaker_units: {type: list, elements: str, description: units whose running journal is searched}
   breaker_pattern: {type: str, description: extended regex of LMCache's breaker message}
   record_path: {type: str, default: /var/lib/deploykit/converged.json, description: the record}
+  versions:
+    type: dict
+    default: {}
+    description: >-
+      what the host runs once converged (component versions, LMCache's key-space settings);
+      kept in the record as given, read back by `deploykit up` to detect an upgrade, never
+      compared here (the digest already covers them)
 author: deploykit
 """
 
@@ -172,6 +179,7 @@ def main() -> None:
             "breaker_units": {"type": "list", "elements": "str", "default": []},
             "breaker_pattern": {"type": "str"},
             "record_path": {"type": "str", "default": "/var/lib/deploykit/converged.json"},
+            "versions": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -180,7 +188,7 @@ def main() -> None:
     now = snapshot(module, systemctl)
     if p["state"] == "record":
         if not module.check_mode:
-            write_record(p["record_path"], now)
+            write_record(p["record_path"], {**now, "versions": p["versions"]})
         # bookkeeping of the run, not a change to the site: a converged re-run reports 0
         module.exit_json(changed=False, state="record", converged=True, reasons=[])
     record = read_record(p["record_path"])
