@@ -422,12 +422,18 @@ class HostConfig(BaseModel):
     # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the serving
     # role adds the site CA to): Debian/Ubuntu's; RHEL family: /etc/pki/tls/certs/ca-bundle.crt
     lmcache_nixl_ca_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
+    # NIXL OBJ's crtMinLimit (bytes): objects this size or larger go through the S3 CRT client,
+    # whose part size it also is (nixl v1.4.0 src/plugins/obj/README.md:72,83-85). Unset: the
+    # chunk object size capped at awscrt's 8 MiB part, when the object is at least 5 MiB (the
+    # CRT's smallest part); 0: CRT off (every object on the plain S3 client)
+    lmcache_nixl_crt_min_limit: int | None = Field(default=None, ge=0, le=2**40)
     # disk mode: directory LMCache keeps chunks in (in-process: local_disk; server: its fs L2)
     lmcache_disk_path: str = "/var/cache/lmcache"
     # disk mode, in-process topology: GB LMCache may keep in lmcache_disk_path (max_local_disk_size)
     lmcache_max_local_disk_size: float = Field(default=100.0, ge=0, le=10**6)
-    # keys merged last into lmcache.yaml's extra_config (they win);
-    # unknown s3_* keys and credentials are refused
+    # keys merged last into lmcache.yaml's extra_config (they win; nixl_backend_params is
+    # merged key by key into the rendered one); owned keys, unknown s3_* keys and credentials
+    # are refused
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True

@@ -303,6 +303,44 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
                           f"{layout.object_bytes} on {host.name}", f"use {fixed}")
 
 
+# S3's smallest multipart part; NIXL's CRT client uses crtMinLimit as its part size and clamps
+# a smaller one up with a warning (nixl v1.4.0 src/plugins/obj/README.md:85)
+_CRT_MIN_PART = 5 * 1024**2
+
+
+@rule
+def nixl_crt_min_limit_fits(site: Site) -> Iterator[Problem]:
+    """lmcache_nixl_crt_min_limit: 0 (off), or at least 5 MiB and at most the chunk object
+    (a larger limit keeps every object on the plain S3 client)."""
+    for host in site.group("vllm"):
+        c = host.config
+        limit = c.lmcache_nixl_crt_min_limit
+        if c.lmcache_mode != "nixl" or not limit:
+            continue
+        src = _src(site, host, "lmcache_nixl_crt_min_limit")
+        if limit < _CRT_MIN_PART:
+            yield Problem(src, "lmcache_nixl_crt_min_limit",
+                          f"{limit} is below S3's 5 MiB part (the CRT client clamps it)",
+                          f"use at least {_CRT_MIN_PART}, or 0 to keep the CRT client off",
+                          hosts=(host.name,))
+            continue
+        if host.geometry is None:
+            continue
+        try:
+            size = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
+                                tensor_parallel=c.vllm_tensor_parallel_size,
+                                pipeline_parallel=c.vllm_pipeline_parallel_size,
+                                dtype_bytes=kv_dtype_bytes(host.geometry,
+                                                           c.vllm_kv_cache_dtype)).object_bytes
+        except ValueError:
+            continue
+        if limit > size:
+            yield Problem(src, "lmcache_nixl_crt_min_limit",
+                          f"{limit} is above the chunk object size {size} on {host.name}: "
+                          "no object would use the CRT client",
+                          f"use at most {size}, or unset it", hosts=(host.name,))
+
+
 @rule
 def mla_single_stage(site: Site) -> Iterator[Problem]:
     """MLA models store one object from rank 0; deploykit does not model MLA with PP > 1."""
