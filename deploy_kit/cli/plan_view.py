@@ -82,6 +82,7 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
     console.print(pools)
     per_osd = f", {plan.pgs_per_osd:.0f} per OSD" if plan.pgs_per_osd is not None else ""
     console.print(f"PG replicas: {plan.pg_replicas:,}{per_osd}")
+    console.print(f"PG autoscaler: {plan.site['pg_autoscaler']}")
     d = plan.dns
     console.print(f"[bold]DNS[/] {' and '.join(d['names'])} → {d['expected_a_records']} A records "
                   f"({', '.join(d['addresses'])}) from {', '.join(d['servers'])}")

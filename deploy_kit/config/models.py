@@ -281,7 +281,11 @@ class HostConfig(BaseModel):
     # cores of each RGW host: ceph_rgw_count_per_host may not exceed it (unset: not checked)
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
-    ceph_rgw_pools_noautoscale: bool = True
+    # also set Ceph's cluster-wide `noautoscale` flag, which stops the PG autoscaler for every
+    # pool of the cluster (a shared cluster's RBD/CephFS too); deploykit's own pools get
+    # autoscale_mode off either way. Recorded (config-key deploykit/noautoscale): `down`, or
+    # a run with this false, clears the flag only when deploykit set it
+    ceph_rgw_pools_noautoscale: bool = False
     # RGW user that owns the cache bucket (its keys stay on the admin host); the serving
     # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
     ceph_rgw_s3_user: str = "lmcache"

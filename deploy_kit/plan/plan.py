@@ -8,6 +8,7 @@ from typing import Any
 
 from deploy_kit.config import fit
 from deploy_kit.config.instances import instance_count
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import remote_url
 from deploy_kit.config.rules import accelerator_wheels_available, torch_pairing
 from deploy_kit.config.site import Host, Site
@@ -298,6 +299,14 @@ def _serving_warnings(site: Site) -> list[str]:
     return list(out)
 
 
+def _autoscaler(c: HostConfig) -> str:
+    """What `up` does to Ceph's PG autoscaler (roles/ceph_rgw_pools/tasks/configure.yml)."""
+    if c.ceph_rgw_pools_noautoscale:
+        return ("off cluster-wide (ceph_rgw_pools_noautoscale: the noautoscale flag stops it "
+                "for every pool; `down` clears it if deploykit set it)")
+    return "off on these pools only (autoscale_mode off); the cluster-wide flag is left alone"
+
+
 def build_plan(site: Site) -> Plan:
     s = site.settings
     admin = site.group("ceph_admin")
@@ -311,7 +320,8 @@ def build_plan(site: Site) -> Plan:
               "bucket": s.deploykit_s3_bucket, "remote_url": remote_url(s),
               "dns_mode": s.deploykit_dns_mode, "ceph_version": s.deploykit_ceph_version,
               "ceph_rgw_mode": s.ceph_rgw_mode,
-              "hosts": len(site.hosts)},
+              "hosts": len(site.hosts),
+              "pg_autoscaler": _autoscaler(admin[0].config if admin else s)},
         models=_model_plans(site),
         hosts=_host_plans(site),
         pools=[PoolPlan(p.name, p.pg_num, p.size, p.min_size, p.application) for p in pools],
