@@ -439,6 +439,15 @@ class HostConfig(BaseModel):
     # merged key by key into the rendered one); owned keys, unknown s3_* keys and credentials
     # are refused
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
+    # LMCache's min_retrieve_tokens (in-process topology; LMCache 0.3.14 and later): a hit of
+    # fewer new tokens is recomputed, not read. Unset: the serving group's break-even (`plan`:
+    # the prompt length from which reading the KV at deploykit_storage_gbps beats recompute),
+    # rounded up to whole chunks; not rendered on cpu hosts without vllm_prefill_tflops
+    # (their peak is a guess). 0: every hit is read
+    lmcache_min_retrieve_tokens: int | None = Field(default=None, ge=0, le=10**8)
+    # other top-level keys for lmcache.yaml (in-process topology), e.g. lookup_timeout_ms:
+    # only keys the pinned LMCache reads (data/lmcache_keys.yaml) and deploykit does not render
+    lmcache_top_level_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True
     lmcache_wheel_dir: str = ""
@@ -558,12 +567,17 @@ class HostConfig(BaseModel):
     # HAProxy's average response time of one gateway over its last 1024 requests (no
     # exporter here has an RGW percentile: see docs/monitoring.md)
     monitoring_rgw_latency_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # alert when an OSD's commit latency (the mgr's ceph_osd_commit_latency_ms) stays above
+    # this for 5 minutes: RGW writes, and so LMCache stores, wait on it
+    monitoring_ceph_osd_latency_ms: float = Field(default=100.0, gt=0, le=600_000)
     # alert when less than this share of a serving host's /dev/shm stays free for 5 minutes
     monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
     # `up` enables Ceph's mgr `prometheus` module and Prometheus scrapes it; false: neither
     monitoring_ceph_mgr_prometheus: bool = True
-    # where Prometheus scrapes the mgr `prometheus` module (host:port); empty: every
-    # ceph_admin host on 9283 (the module's default port)
+    # where Prometheus scrapes the mgr `prometheus` module (host:port): list every mgr host,
+    # since only the active mgr serves data and a standby answers with an empty page (Ceph's
+    # mgr/prometheus module.py StandbyModule), so the active one is scraped wherever it
+    # moves; empty: every ceph_admin host on 9283 (the module's default port)
     monitoring_ceph_mgr_targets: list[str] = Field(default_factory=list)
     # serving hosts: /dev/shm and memory come from the node exporter (Debian's package,
     # installed by `up` when the site has a monitoring group)

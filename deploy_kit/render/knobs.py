@@ -32,7 +32,8 @@ from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry
 from deploy_kit.render.lmcache import NIXL_PARAMS
 
-KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache_extra_config"}
+KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache_extra_config",
+         "lmcache_top_level_config"}
 # vLLM's short aliases (vllm/engine/arg_utils.py) and the env variables that stand for a flag
 _SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 _ENV_FLAG = {"VLLM_API_KEY": "--api-key"}
@@ -123,7 +124,8 @@ def _alternatives(name: str, default: Any, annotation: Any) -> list[Any]:
 CLASS_FIELDS = ("vllm_version", "lmcache_version", "vllm_accelerator", "lmcache_topology",
                 "lmcache_mode", "lmcache_nixl_buffer_device", "deploykit_s3_tls")
 _EMPTY_KNOBS: dict[str, Any] = {"vllm_extra_args": [], "vllm_extra_env": {},
-                                "vllm_kv_transfer_extra": {}, "lmcache_extra_config": {}}
+                                "vllm_kv_transfer_extra": {}, "lmcache_extra_config": {},
+                                "lmcache_top_level_config": {}}
 
 
 @cache
@@ -178,6 +180,7 @@ def _owned_table(values: tuple[Any, ...]) -> Owned:
     table = {kind: dict(keys) for kind, keys in _owned_class(values).items()}
     table["env"]["VLLM_API_KEY"] = "vllm_api_key"  # the 0600 secret env file's
     # rendered only with a chunk geometry, which the probes lack: named here
+    table["lmcache"].setdefault("min_retrieve_tokens", "lmcache_min_retrieve_tokens")
     if table["lmcache"].keys() & {f"{NIXL_PARAMS}.endpoint_override"}:
         table["lmcache"] |= {f"{NIXL_PARAMS}.crtMinLimit": "lmcache_nixl_crt_min_limit",
                              f"{NIXL_PARAMS}.throughput_target_gbps": "deploykit_storage_gbps"}
@@ -242,7 +245,8 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
         c = host.config
         if c.vllm_accelerator is None or not (c.vllm_extra_args or c.vllm_extra_env or
                                               c.vllm_kv_transfer_extra or
-                                              c.lmcache_extra_config):
+                                              c.lmcache_extra_config or
+                                              c.lmcache_top_level_config):
             continue
         try:
             owned = owned_for(host)
@@ -250,7 +254,8 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
             continue  # an unsupported version or build: versions_supported says so
         yield from _args(site, host, owned)
         for knob, table in (("vllm_extra_env", owned.env), ("vllm_kv_transfer_extra", owned.kv),
-                            ("lmcache_extra_config", owned.lmcache)):
+                            ("lmcache_extra_config", owned.lmcache),
+                            ("lmcache_top_level_config", owned.lmcache)):
             value = getattr(c, knob)
             keys = [*value, *(f"kv_connector_extra_config.{k}" for k in
                               value.get("kv_connector_extra_config") or {}

@@ -10,6 +10,7 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import HEADER, endpoint_url, remote_url
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import ModelGeometry, chunk_layout, kv_dtype_bytes
+from deploy_kit.plan.breakeven import min_retrieve_tokens
 from deploy_kit.plan.sizing import AWSCRT_PART_BYTES, local_cpu, max_local_cpu_gb
 
 
@@ -105,7 +106,7 @@ OWNED_TOP_LEVEL_KEYS = frozenset({
     "chunk_size", "local_cpu", "max_local_cpu_size", "remote_url", "remote_serde",
     "nixl_buffer_device", "nixl_buffer_size", "local_disk", "max_local_disk_size",
     "pre_caching_hash_algorithm", "save_unfull_chunk", "enable_async_loading",
-    "blocking_timeout_secs"})
+    "blocking_timeout_secs", "min_retrieve_tokens"})
 
 
 NIXL_PARAMS = "nixl_backend_params"
@@ -154,6 +155,10 @@ def build_lmcache_config(c: HostConfig, geometry: ModelGeometry | None = None
     cfg["save_unfull_chunk"] = c.lmcache_save_unfull_chunk
     cfg["enable_async_loading"] = c.lmcache_enable_async_loading
     cfg["blocking_timeout_secs"] = c.lmcache_blocking_timeout_secs
+    retrieve = min_retrieve_tokens(c, geometry)
+    if retrieve is not None:
+        cfg["min_retrieve_tokens"] = retrieve
+    cfg |= {k: v for k, v in c.lmcache_top_level_config.items() if k not in cfg}
     extra = merge_extra(extra, c.lmcache_extra_config)
     if extra:
         cfg["extra_config"] = extra
