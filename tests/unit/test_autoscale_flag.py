@@ -53,18 +53,20 @@ def ceph(tmp_path: Path) -> Path:
     return state
 
 
-def _play(state: Path, tasks: str, noautoscale: bool, check: bool = False) -> dict[str, int]:
-    """One run of a task file; the play recap's counts (ok, changed, failed...)."""
-    playbook = state.parent / "play.yml"
+def run_tasks(work: Path, tasks: str, noautoscale: bool, check: bool = False,
+              conf: str = "/etc/ceph/ceph.conf", env: dict[str, str] | None = None
+              ) -> dict[str, int]:
+    """One run of a ceph_rgw_pools task file on localhost; the play recap's counts (ok,
+    changed, failed...). tests/integration/test_rgw_loopback.py runs it on a real Ceph."""
+    playbook = work / "play.yml"
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False,
         "vars": {"ceph_rgw_pools_noautoscale": noautoscale, "ceph_rgw_pools_list": [],
-                 "deploykit_ceph_conf": "/etc/ceph/ceph.conf",
+                 "deploykit_ceph_conf": conf,
                  "_deploykit_site": {"ceph": {"noautoscale_flag": True}}},
         "tasks": [{"ansible.builtin.import_tasks": str(TASKS / tasks)}]}]))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCALHOST_WARNING": "false", "FAKE_CEPH_STATE": str(state),
-           "PATH": f"{state.parent / 'bin'}:{os.environ['PATH']}"}
+           "ANSIBLE_LOCALHOST_WARNING": "false", **(env or {})}
     done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
                            "-e", f"ansible_python_interpreter={sys.executable}",
                            *(["--check"] if check else [])],
@@ -73,6 +75,12 @@ def _play(state: Path, tasks: str, noautoscale: bool, check: bool = False) -> di
     recap = re.search(r"^localhost\s*:\s*(.+)$", done.stdout, re.M)
     assert recap, done.stdout[-3000:]
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", recap.group(1))}
+
+
+def _play(state: Path, tasks: str, noautoscale: bool, check: bool = False) -> dict[str, int]:
+    return run_tasks(state.parent, tasks, noautoscale, check,
+                     env={"FAKE_CEPH_STATE": str(state),
+                          "PATH": f"{state.parent / 'bin'}:{os.environ['PATH']}"})
 
 
 def _writes(state: Path) -> list[str]:

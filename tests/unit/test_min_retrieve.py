@@ -131,3 +131,21 @@ def test_the_top_level_passthrough_reaches_lmcache_yaml(make_inventory: Inventor
     old = _problems(make_inventory, lmcache_version="0.3.10",
                     lmcache_top_level_config={"enable_kv_events": True})
     assert "lmcache_top_level_config.enable_kv_events" in {p.key for p in old}
+
+
+def test_verify_probes_carry_more_than_min_retrieve_tokens(
+        make_inventory: InventoryFactory) -> None:
+    """LMCache reports no external hit below min_retrieve_tokens: verify's cache-hit probes
+    would read 0 on a healthy in-process host unless their prefix is at least that long."""
+    from deploy_kit.verify.probes.cache_probe import hit_tokens
+
+    site = open_site(str(REPO / "inventory" / "example"))
+    hosts = site.group("vllm")
+    for host in hosts:
+        floor = breakeven.min_retrieve_tokens(host.config, host.geometry) or 0
+        assert hit_tokens(host) >= floor > 0
+        assert hit_tokens(host) % host.config.lmcache_chunk_size == 0
+    assert hit_tokens(*hosts) == max(hit_tokens(h) for h in hosts)
+    server = open_site(str(make_inventory(vllm={"lmcache_topology": "server"})))
+    gpu = server.hosts["gpu1"]
+    assert hit_tokens(gpu) == 2 * gpu.config.lmcache_chunk_size  # nothing skipped there
