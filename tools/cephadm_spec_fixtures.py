@@ -64,7 +64,9 @@ def main() -> None:
     out = {"ceph": {"source": "ceph.deployment.service_spec as imported by "
                               f"{sys.executable}",
                     "module": sys.modules["ceph.deployment.service_spec"].__file__,
-                    "debian_package": f"python3-ceph-common {version}" if version else None},
+                    "debian_package": f"python3-ceph-common {version}" if version else None,
+                    # Debian builds it from the upstream release tag of the same version
+                    "upstream": f"ceph/ceph tag v{version.split('+')[0]}" if version else None},
            "cases": []}
     for name, doc in cases().items():
         try:
