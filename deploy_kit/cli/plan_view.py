@@ -10,6 +10,7 @@ from rich.table import Table
 
 from deploy_kit.console import human_bytes
 from deploy_kit.core.hostlist import compact_hosts, merge_per_host
+from deploy_kit.plan.breakeven import MAX_TOKENS
 from deploy_kit.plan.plan import Plan
 
 
@@ -82,7 +83,10 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
     console.print(pools)
     per_osd = f", {plan.pgs_per_osd:.0f} per OSD" if plan.pgs_per_osd is not None else ""
     console.print(f"PG replicas: {plan.pg_replicas:,}{per_osd}")
+    console.print(f"PG autoscaler: {plan.site['pg_autoscaler']}")
     d = plan.dns
+    if plan.site.get("consul"):
+        console.print(plan.site["consul"])
     console.print(f"[bold]DNS[/] {' and '.join(d['names'])} → {d['expected_a_records']} A records "
                   f"({', '.join(d['addresses'])}) from {', '.join(d['servers'])}")
     for g in plan.serving_groups:
@@ -103,6 +107,15 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
         console.print(table)
         if g.note:
             console.print(f"  {g.note}")
+        if g.breakeven_tokens == MAX_TOKENS:
+            console.print("  a remote hit never beats recompute at this bandwidth")
+        elif g.breakeven_tokens:
+            console.print(f"  a remote hit of fewer than {g.breakeven_tokens:,} tokens loses to "
+                          "recompute at this bandwidth")
+        for tokens in sorted(set(g.min_retrieve_tokens.values())):
+            hosts = [h for h, t in g.min_retrieve_tokens.items() if t == tokens]
+            console.print(f"  min_retrieve_tokens {tokens:,} (LMCache recomputes shorter hits) "
+                          f"on {_hosts(hosts)}")
     console.print("[bold]Rollout[/]")
     for i, step in enumerate(plan.rollout, 1):
         serial = f" (serial {step.serial})" if step.serial else ""

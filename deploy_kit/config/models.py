@@ -281,7 +281,11 @@ class HostConfig(BaseModel):
     # cores of each RGW host: ceph_rgw_count_per_host may not exceed it (unset: not checked)
     ceph_rgw_host_cpus: int | None = Field(default=None, ge=1, le=4096)
     ceph_rgw_pools_list: list[PoolSpec] = Field(default_factory=lambda: list(DEFAULT_POOLS))
-    ceph_rgw_pools_noautoscale: bool = True
+    # also set Ceph's cluster-wide `noautoscale` flag, which stops the PG autoscaler for every
+    # pool of the cluster (a shared cluster's RBD/CephFS too); deploykit's own pools get
+    # autoscale_mode off either way. Recorded (config-key deploykit/noautoscale): `down`, or
+    # a run with this false, clears the flag only when deploykit set it
+    ceph_rgw_pools_noautoscale: bool = False
     # RGW user that owns the cache bucket (its keys stay on the admin host); the serving
     # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
     ceph_rgw_s3_user: str = "lmcache"
@@ -422,13 +426,28 @@ class HostConfig(BaseModel):
     # with TLS: the system CA bundle NIXL's bundled libcurl reads (the store the serving
     # role adds the site CA to): Debian/Ubuntu's; RHEL family: /etc/pki/tls/certs/ca-bundle.crt
     lmcache_nixl_ca_bundle: str = "/etc/ssl/certs/ca-certificates.crt"
+    # NIXL OBJ's crtMinLimit (bytes): objects this size or larger go through the S3 CRT client,
+    # whose part size it also is (nixl v1.4.0 src/plugins/obj/README.md:72,83-85). Unset: the
+    # chunk object size capped at awscrt's 8 MiB part, when the object is at least 5 MiB (the
+    # CRT's smallest part); 0: CRT off (every object on the plain S3 client)
+    lmcache_nixl_crt_min_limit: int | None = Field(default=None, ge=0, le=2**40)
     # disk mode: directory LMCache keeps chunks in (in-process: local_disk; server: its fs L2)
     lmcache_disk_path: str = "/var/cache/lmcache"
     # disk mode, in-process topology: GB LMCache may keep in lmcache_disk_path (max_local_disk_size)
     lmcache_max_local_disk_size: float = Field(default=100.0, ge=0, le=10**6)
-    # keys merged last into lmcache.yaml's extra_config (they win);
-    # unknown s3_* keys and credentials are refused
+    # keys merged last into lmcache.yaml's extra_config (they win; nixl_backend_params is
+    # merged key by key into the rendered one); owned keys, unknown s3_* keys and credentials
+    # are refused
     lmcache_extra_config: dict[str, Any] = Field(default_factory=dict)
+    # LMCache's min_retrieve_tokens (in-process topology; LMCache 0.3.14 and later): a hit of
+    # fewer new tokens is recomputed, not read. Unset: the serving group's break-even (`plan`:
+    # the prompt length from which reading the KV at deploykit_storage_gbps beats recompute),
+    # rounded up to whole chunks; not rendered on cpu hosts without vllm_prefill_tflops
+    # (their peak is a guess). 0: every hit is read
+    lmcache_min_retrieve_tokens: int | None = Field(default=None, ge=0, le=10**8)
+    # other top-level keys for lmcache.yaml (in-process topology), e.g. lookup_timeout_ms:
+    # only keys the pinned LMCache reads (data/lmcache_keys.yaml) and deploykit does not render
+    lmcache_top_level_config: dict[str, Any] = Field(default_factory=dict)
     lmcache_config_dir: str = "/etc/deploykit"
     lmcache_install: bool = True
     lmcache_wheel_dir: str = ""
@@ -548,12 +567,17 @@ class HostConfig(BaseModel):
     # HAProxy's average response time of one gateway over its last 1024 requests (no
     # exporter here has an RGW percentile: see docs/monitoring.md)
     monitoring_rgw_latency_seconds: float = Field(default=1.0, gt=0, le=3600)
+    # alert when an OSD's commit latency (the mgr's ceph_osd_commit_latency_ms) stays above
+    # this for 5 minutes: RGW writes, and so LMCache stores, wait on it
+    monitoring_ceph_osd_latency_ms: float = Field(default=100.0, gt=0, le=600_000)
     # alert when less than this share of a serving host's /dev/shm stays free for 5 minutes
     monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
     # `up` enables Ceph's mgr `prometheus` module and Prometheus scrapes it; false: neither
     monitoring_ceph_mgr_prometheus: bool = True
-    # where Prometheus scrapes the mgr `prometheus` module (host:port); empty: every
-    # ceph_admin host on 9283 (the module's default port)
+    # where Prometheus scrapes the mgr `prometheus` module (host:port): list every mgr host,
+    # since only the active mgr serves data and a standby answers with an empty page (Ceph's
+    # mgr/prometheus module.py StandbyModule), so the active one is scraped wherever it
+    # moves; empty: every ceph_admin host on 9283 (the module's default port)
     monitoring_ceph_mgr_targets: list[str] = Field(default_factory=list)
     # serving hosts: /dev/shm and memory come from the node exporter (Debian's package,
     # installed by `up` when the site has a monitoring group)

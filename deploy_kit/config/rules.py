@@ -304,6 +304,85 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
 
 
 @rule
+def lmcache_top_level_known(site: Site) -> Iterator[Problem]:
+    """lmcache_top_level_config and lmcache_min_retrieve_tokens: keys the pinned LMCache reads
+    (data/lmcache_keys.yaml), in the topology that reads lmcache.yaml (knobs.py refuses the
+    keys deploykit renders)."""
+    for host in site.group("vllm"):
+        c = host.config
+        if not c.lmcache_top_level_config and not c.lmcache_min_retrieve_tokens:
+            continue
+        try:
+            known = compat.lmcache_top_level_keys(c.lmcache_version)
+        except ValueError:
+            continue  # versions_supported reports it
+        if c.lmcache_topology != "inprocess":
+            for key in ("lmcache_top_level_config", "lmcache_min_retrieve_tokens"):
+                if getattr(c, key):
+                    yield Problem(_src(site, host, key), key,
+                                  f"the {c.lmcache_topology} topology has no lmcache.yaml "
+                                  "(vLLM's LMCacheMPConnector reads neither; the server "
+                                  "takes flags)", "remove it, or use lmcache_topology "
+                                  "inprocess", hosts=(host.name,))
+            continue
+        if c.lmcache_min_retrieve_tokens and "min_retrieve_tokens" not in known:
+            yield Problem(_src(site, host, "lmcache_min_retrieve_tokens"),
+                          "lmcache_min_retrieve_tokens",
+                          f"LMCache {c.lmcache_version} has no min_retrieve_tokens "
+                          "(0.3.14 and later)", "remove it, or pin a newer lmcache_version",
+                          hosts=(host.name,))
+        src = _src(site, host, "lmcache_top_level_config")
+        for key in sorted(c.lmcache_top_level_config):
+            if key == "extra_config":
+                yield Problem(src, "lmcache_top_level_config.extra_config",
+                              "extra_config has its own setting",
+                              "move its keys to lmcache_extra_config", hosts=(host.name,))
+            elif key not in known:
+                yield Problem(src, f"lmcache_top_level_config.{key}",
+                              f"not a key of LMCache {c.lmcache_version} (it would be "
+                              "ignored)", "remove it, or check the spelling against "
+                              "lmcache/v1/config.py", hosts=(host.name,))
+
+
+# S3's smallest multipart part; NIXL's CRT client uses crtMinLimit as its part size and clamps
+# a smaller one up with a warning (nixl v1.4.0 src/plugins/obj/README.md:85)
+_CRT_MIN_PART = 5 * 1024**2
+
+
+@rule
+def nixl_crt_min_limit_fits(site: Site) -> Iterator[Problem]:
+    """lmcache_nixl_crt_min_limit: 0 (off), or at least 5 MiB and at most the chunk object
+    (a larger limit keeps every object on the plain S3 client)."""
+    for host in site.group("vllm"):
+        c = host.config
+        limit = c.lmcache_nixl_crt_min_limit
+        if c.lmcache_mode != "nixl" or not limit:
+            continue
+        src = _src(site, host, "lmcache_nixl_crt_min_limit")
+        if limit < _CRT_MIN_PART:
+            yield Problem(src, "lmcache_nixl_crt_min_limit",
+                          f"{limit} is below S3's 5 MiB part (the CRT client clamps it)",
+                          f"use at least {_CRT_MIN_PART}, or 0 to keep the CRT client off",
+                          hosts=(host.name,))
+            continue
+        if host.geometry is None:
+            continue
+        try:
+            size = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,
+                                tensor_parallel=c.vllm_tensor_parallel_size,
+                                pipeline_parallel=c.vllm_pipeline_parallel_size,
+                                dtype_bytes=kv_dtype_bytes(host.geometry,
+                                                           c.vllm_kv_cache_dtype)).object_bytes
+        except ValueError:
+            continue
+        if limit > size:
+            yield Problem(src, "lmcache_nixl_crt_min_limit",
+                          f"{limit} is above the chunk object size {size} on {host.name}: "
+                          "no object would use the CRT client",
+                          f"use at most {size}, or unset it", hosts=(host.name,))
+
+
+@rule
 def mla_single_stage(site: Site) -> Iterator[Problem]:
     """MLA models store one object from rank 0; deploykit does not model MLA with PP > 1."""
     for host in site.group("vllm"):
@@ -760,7 +839,8 @@ def consul_tls_agrees(site: Site) -> Iterator[Problem]:
 
 # --- values that are accepted but cannot work, and secrets outside 0600 files -------------
 
-_SECRET_NAME = re.compile(r"(secret|token|passw|credential|access_key|api_key|private_key|"
+# `tokens` (plural) is a count in LMCache's and vLLM's names (min_retrieve_tokens), not a key
+_SECRET_NAME = re.compile(r"(secret|token(?!s)|passw|credential|access_key|api_key|private_key|"
                           r"session_key|auth)", re.IGNORECASE)
 
 
@@ -784,7 +864,8 @@ def no_secrets_in_plain_files(site: Site) -> Iterator[Problem]:
     for host in site.hosts.values():
         c = host.config
         for key, where in (("vllm_extra_env", "vllm.env (0644)"),
-                           ("lmcache_extra_config", "lmcache.yaml (0644)")):
+                           ("lmcache_extra_config", "lmcache.yaml (0644)"),
+                           ("lmcache_top_level_config", "lmcache.yaml (0644)")):
             for path in _secret_paths(getattr(c, key), key):
                 yield Problem(_src(site, host, key), path,
                               f"a credential here would be written to {where}",

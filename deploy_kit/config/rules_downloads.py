@@ -89,3 +89,32 @@ def downloads_pinned(site: Site) -> Iterator[Problem]:
             if found:
                 yield Problem(_src(site, host, key), key, found[0], found[1],
                               hosts=(host.name,))
+
+
+@rule
+def consul_release_pinned(site: Site) -> Iterator[Problem]:
+    """A Consul release deploykit has no pin for past the MPL line (BUSL-1.1, or a 1.16.x
+    of unknown licence) needs its archive's sha256; a major whose configuration deploykit
+    does not render is refused."""
+    for host in site.hosts.values():
+        c = host.config
+        if c.deploykit_dns_mode != "consul" or not host.groups & {"rgw", "consul_servers"}:
+            continue
+        try:
+            wanted = compat.parse_version(c.consul_version)
+            licence, _ = compat.consul_licence(c.consul_version)
+        except (ValueError, KeyError):
+            continue  # the version's own check reports it
+        src = _src(site, host, "consul_version")
+        if wanted[0] not in compat.consul_majors():
+            yield Problem(src, "consul_version", f"{c.consul_version}: deploykit renders "
+                          "Consul 1.x's configuration only", "use a 1.x release, e.g. 1.16.3",
+                          hosts=(host.name,))
+        elif licence != "MPL-2.0" and not compat.consul_release_sha256(c.consul_version) \
+                and not c.consul_archive_sha256 and not c.consul_binary_src:
+            yield Problem(_src(site, host, "consul_archive_sha256"), "consul_archive_sha256",
+                          f"unset for Consul {c.consul_version}, which deploykit has no pin "
+                          "for", "set it to the sha256 of consul_"
+                          f"{c.consul_version}_linux_amd64.zip from HashiCorp's signed "
+                          "SHA256SUMS (or give consul_binary_src with consul_binary_sha256)",
+                          hosts=(host.name,))

@@ -245,3 +245,47 @@ def consul_release_sha256(version: str) -> str | None:
     pins = (_table().get("consul") or {}).get("release_sha256") or {}
     value = pins.get(version.strip())
     return None if value is None else str(value)
+
+
+@cache
+def _lmcache_keys() -> dict[tuple[int, ...], frozenset[str]]:
+    text = resources.files("deploy_kit").joinpath("data/lmcache_keys.yaml").read_text()
+    releases: dict[str, list[str]] = yaml.safe_load(text)["releases"]
+    return {parse_version(v): frozenset(keys) for v, keys in releases.items()}
+
+
+@cache
+def lmcache_top_level_keys(version: str) -> frozenset[str]:
+    """The top-level config keys the pinned LMCache reads (data/lmcache_keys.yaml): the
+    newest listed release of its series at or below it, else the series' oldest listed."""
+    wanted = parse_version(version)
+    same = sorted(v for v in _lmcache_keys() if v[:2] == wanted[:2])
+    if not same:
+        raise UnsupportedVersion(f"lmcache {version}: no release of its series is listed "
+                                 "in data/lmcache_keys.yaml")
+    below = [v for v in same if v <= wanted]
+    return _lmcache_keys()[below[-1] if below else same[0]]
+
+
+def consul_licence(version: str) -> tuple[str | None, str]:
+    """(SPDX licence or None when unknown, the sentence `plan` prints) for a Consul release
+    (compat.yaml consul.licence)."""
+    table = (_table().get("consul") or {}).get("licence") or {}
+    wanted = parse_version(version)
+    last = str(table["mpl_through"])
+    if wanted <= parse_version(last):
+        newest = " (the newest MPL release deploykit pins; no fixes since " \
+                 f"{table['mpl_last_date']})" if wanted == parse_version(last) else ""
+        return "MPL-2.0", f"Consul {version} is MPL-2.0{newest}"
+    if wanted >= parse_version(str(table["busl_from"])):
+        return "BUSL-1.1", (f"Consul {version} is BUSL-1.1 (HashiCorp's Business Source "
+                            "License, every release since 1.17.0): check that your use is "
+                            "allowed")
+    return None, (f"Consul {version}: HashiCorp moved the 1.16.x branch to BUSL-1.1 for its "
+                  "2024 patch releases: read that release's LICENSE")
+
+
+def consul_majors() -> tuple[int, ...]:
+    """The Consul major versions whose configuration deploykit renders."""
+    table = (_table().get("consul") or {}).get("licence") or {}
+    return tuple(int(m) for m in table.get("majors") or (1,))

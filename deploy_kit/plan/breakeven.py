@@ -50,6 +50,10 @@ class ServingGroupPlan:
     hosts: list[str]
     rows: list[BreakEvenRow] = field(default_factory=list)
     note: str = ""
+    # the prompt length from which a remote hit beats recompute (breakeven_tokens)
+    breakeven_tokens: int | None = None
+    # host -> the min_retrieve_tokens its lmcache.yaml gets (in-process hosts only)
+    min_retrieve_tokens: dict[str, int] = field(default_factory=dict)
 
 
 def device_of(c: HostConfig) -> str:
@@ -86,6 +90,7 @@ def group_plan(model: str, geometry: ModelGeometry, c: HostConfig, hosts: list[s
         breakeven = kv * 8 / prefill_s / 1e9
         plan.rows.append(BreakEvenRow(tokens, kv, prefill_s, storage_s, breakeven,
                                       storage_s < prefill_s))
+    plan.breakeven_tokens = breakeven_tokens(geometry, c)
     if any(r.predicted_prefill_s is None for r in plan.rows):
         plan.note = ("no FLOP model for this geometry (its config.json lacks hidden_size or "
                      "intermediate_size, or it is MLA): prefill time not predicted")
@@ -96,3 +101,58 @@ def losing_contexts(group: ServingGroupPlan, measured_gbps: float) -> list[int]:
     """The context lengths at which a host reading at `measured_gbps` loses to recompute."""
     return [r.context_tokens for r in group.rows
             if r.breakeven_storage_gbps is not None and measured_gbps < r.breakeven_storage_gbps]
+
+
+# the longest prompt the search considers (tokens): no model serves more
+MAX_TOKENS = 1 << 24
+
+
+def breakeven_tokens(geometry: ModelGeometry, c: HostConfig) -> int | None:
+    """The shortest prompt whose KV one serving host reads from storage (at
+    deploykit_storage_gbps) faster than it recomputes it: 0 when every length wins,
+    MAX_TOKENS when none does, None without a FLOP model. Recompute grows faster than
+    linearly (attention's quadratic term) and reading linearly, so the lengths that win
+    are one interval upwards: a bisection finds its start."""
+    tflops, _ = effective_tflops(c)
+    per_token = bytes_per_token(geometry, kv_dtype_bytes(geometry, c.vllm_kv_cache_dtype))
+    rate = tflops * 1e12 * c.vllm_tensor_parallel_size
+
+    def wins(tokens: int) -> bool:
+        flops = prefill_flops(geometry, tokens)
+        assert flops is not None
+        return per_token * tokens * 8 / (c.deploykit_storage_gbps * 1e9) < flops / rate
+
+    if prefill_flops(geometry, 1) is None:
+        return None
+    if wins(1):
+        return 0
+    if not wins(MAX_TOKENS):
+        return MAX_TOKENS
+    lo, hi = 1, MAX_TOKENS  # lo loses, hi wins
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if wins(mid) else (mid, hi)
+    return hi
+
+
+def min_retrieve_tokens(c: HostConfig, geometry: ModelGeometry | None) -> int | None:
+    """LMCache's min_retrieve_tokens for an in-process host: a hit of fewer new tokens is
+    recomputed (lmcache 0.5.6 integration/vllm/vllm_v1_adapter.py:1457-1461: it still counts
+    for skipping the re-store). The setting, else the serving group's break-even rounded up
+    to whole chunks; None: not rendered (LMCache's default 0 reads every hit)."""
+    if c.lmcache_topology != "inprocess":
+        return None  # LMCacheMPConnector (server topology) never reads it (0.5.6)
+    try:
+        if "min_retrieve_tokens" not in compat.lmcache_top_level_keys(c.lmcache_version):
+            return None
+    except ValueError:
+        return None
+    if c.lmcache_min_retrieve_tokens is not None:
+        return c.lmcache_min_retrieve_tokens or None
+    if geometry is None or (c.vllm_accelerator == "cpu" and c.vllm_prefill_tflops is None):
+        return None  # a CPU's peak is an order of magnitude (compat.yaml), not a prediction
+    tokens = breakeven_tokens(geometry, c)
+    if not tokens:
+        return None  # no FLOP model, or every hit wins
+    chunk = c.lmcache_chunk_size
+    return -(-tokens // chunk) * chunk

@@ -8,13 +8,19 @@ from typing import Any
 
 from deploy_kit.config import fit
 from deploy_kit.config.instances import instance_count
+from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import remote_url
 from deploy_kit.config.rules import accelerator_wheels_available, torch_pairing
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
 from deploy_kit.plan import sizing
-from deploy_kit.plan.breakeven import ServingGroupPlan, device_of, group_plan
+from deploy_kit.plan.breakeven import (
+    ServingGroupPlan,
+    device_of,
+    group_plan,
+    min_retrieve_tokens,
+)
 
 PLAN_SCHEMA = 1
 
@@ -154,9 +160,18 @@ def serving_groups(site: Site) -> list[ServingGroupPlan]:
                c.vllm_accelerator or "cuda", device_of(c), c.vllm_prefill_tflops,
                c.deploykit_storage_gbps)
         groups.setdefault(key, []).append(host)
-    return [group_plan(key[0], hosts[0].geometry, hosts[0].config, [h.name for h in hosts])
-            for key, hosts in sorted(groups.items(), key=lambda kv: str(kv[0]))
-            if hosts[0].geometry is not None]
+    plans = []
+    for _, hosts in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if hosts[0].geometry is None:
+            continue
+        group = group_plan(hosts[0].config.vllm_model, hosts[0].geometry, hosts[0].config,
+                           [h.name for h in hosts])
+        for host in hosts:  # what each host's lmcache.yaml says (in-process only)
+            tokens = min_retrieve_tokens(host.config, host.geometry)
+            if tokens is not None:
+                group.min_retrieve_tokens[host.name] = tokens
+        plans.append(group)
+    return plans
 
 
 def _host_plans(site: Site) -> list[HostPlan]:
@@ -298,6 +313,21 @@ def _serving_warnings(site: Site) -> list[str]:
     return list(out)
 
 
+def _autoscaler(c: HostConfig) -> str:
+    """What `up` does to Ceph's PG autoscaler (roles/ceph_rgw_pools/tasks/configure.yml)."""
+    if c.ceph_rgw_pools_noautoscale:
+        return ("off cluster-wide (ceph_rgw_pools_noautoscale: the noautoscale flag stops it "
+                "for every pool; `down` clears it if deploykit set it)")
+    return "off on these pools only (autoscale_mode off); the cluster-wide flag is left alone"
+
+
+def _consul(c: HostConfig) -> str:
+    try:
+        return compat.consul_licence(c.consul_version)[1]
+    except (ValueError, KeyError):
+        return f"Consul {c.consul_version}"
+
+
 def build_plan(site: Site) -> Plan:
     s = site.settings
     admin = site.group("ceph_admin")
@@ -311,7 +341,9 @@ def build_plan(site: Site) -> Plan:
               "bucket": s.deploykit_s3_bucket, "remote_url": remote_url(s),
               "dns_mode": s.deploykit_dns_mode, "ceph_version": s.deploykit_ceph_version,
               "ceph_rgw_mode": s.ceph_rgw_mode,
-              "hosts": len(site.hosts)},
+              "hosts": len(site.hosts),
+              "pg_autoscaler": _autoscaler(admin[0].config if admin else s),
+              "consul": _consul(s) if s.deploykit_dns_mode == "consul" else None},
         models=_model_plans(site),
         hosts=_host_plans(site),
         pools=[PoolPlan(p.name, p.pg_num, p.size, p.min_size, p.application) for p in pools],

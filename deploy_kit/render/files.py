@@ -71,7 +71,8 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
         if c.resolver_manage:
             files["/etc/resolv.conf"] = RenderedFile(dns.render_resolv_conf(site))
         if c.lmcache_topology == "inprocess":
-            files[names.lmcache_config_path(c)] = RenderedFile(render_lmcache_yaml(c))
+            files[names.lmcache_config_path(c)] = RenderedFile(
+                render_lmcache_yaml(c, host.geometry))
         else:
             files[lmcache_server.env_path(c)] = RenderedFile(lmcache_server.render_env_file(c))
             files[lmcache_server.UNIT_PATH] = RenderedFile(lmcache_server.render_unit(c))

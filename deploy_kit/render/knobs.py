@@ -30,8 +30,10 @@ from deploy_kit.config.rules import _DATA_PARALLEL, _SECRET_NAME, _src, _weight,
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry
+from deploy_kit.render.lmcache import NIXL_PARAMS
 
-KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache_extra_config"}
+KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache_extra_config",
+         "lmcache_top_level_config"}
 # vLLM's short aliases (vllm/engine/arg_utils.py) and the env variables that stand for a flag
 _SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 _ENV_FLAG = {"VLLM_API_KEY": "--api-key"}
@@ -75,7 +77,9 @@ def _argv(words: list[str]) -> tuple[dict[str, str], set[str]]:
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
-        if isinstance(value, dict) and key in ("extra_config", "kv_connector_extra_config"):
+        if isinstance(value, dict) and key in ("extra_config", "kv_connector_extra_config",
+                                               NIXL_PARAMS):
+            # NIXL's params are merged key by key (render/lmcache.merge_extra): each is owned
             out |= _flatten(value, "" if key == "extra_config" else f"{key}.")
         else:
             out[f"{prefix}{key}"] = repr(value)
@@ -90,7 +94,8 @@ def _render(c: HostConfig, geometry: ModelGeometry | None) -> dict[str, dict[str
     host = Host("probe", "10.0.0.1", frozenset({"vllm"}), c, {}, geometry)
     flags, switches = _argv(vllm_argv(host))
     env = vllm_env(host) | lmcache_server.server_env(c) | {"VLLM_API_KEY": "<secret>"}
-    lmcache = _flatten(build_lmcache_config(c)) | _flatten(lmcache_server.l2_adapter(c) or {})
+    lmcache = _flatten(build_lmcache_config(c, geometry)) | \
+        _flatten(lmcache_server.l2_adapter(c) or {})
     server, _ = _argv(lmcache_server.server_argv(c))  # --chunk-size: chunk_size
     lmcache |= {f[2:].replace("-", "_"): v for f, v in server.items() if f != "--model"}
     return {"flags": flags, "switches": dict.fromkeys(switches, ""), "env": env,
@@ -119,7 +124,8 @@ def _alternatives(name: str, default: Any, annotation: Any) -> list[Any]:
 CLASS_FIELDS = ("vllm_version", "lmcache_version", "vllm_accelerator", "lmcache_topology",
                 "lmcache_mode", "lmcache_nixl_buffer_device", "deploykit_s3_tls")
 _EMPTY_KNOBS: dict[str, Any] = {"vllm_extra_args": [], "vllm_extra_env": {},
-                                "vllm_kv_transfer_extra": {}, "lmcache_extra_config": {}}
+                                "vllm_kv_transfer_extra": {}, "lmcache_extra_config": {},
+                                "lmcache_top_level_config": {}}
 
 
 @cache
@@ -173,6 +179,11 @@ def owned_for(host: Host) -> Owned:
 def _owned_table(values: tuple[Any, ...]) -> Owned:
     table = {kind: dict(keys) for kind, keys in _owned_class(values).items()}
     table["env"]["VLLM_API_KEY"] = "vllm_api_key"  # the 0600 secret env file's
+    # rendered only with a chunk geometry, which the probes lack: named here
+    table["lmcache"].setdefault("min_retrieve_tokens", "lmcache_min_retrieve_tokens")
+    if table["lmcache"].keys() & {f"{NIXL_PARAMS}.endpoint_override"}:
+        table["lmcache"] |= {f"{NIXL_PARAMS}.crtMinLimit": "lmcache_nixl_crt_min_limit",
+                             f"{NIXL_PARAMS}.throughput_target_gbps": "deploykit_storage_gbps"}
     flags = table["flags"] | {flag: table["env"][env] for env, flag in _ENV_FLAG.items()}
     env = table["env"] | {f"LMCACHE_{k.upper()}": s for k, s in table["lmcache"].items()}
     return Owned(flags, frozenset(table["switches"]), env, table["kv"], table["lmcache"])
@@ -234,7 +245,8 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
         c = host.config
         if c.vllm_accelerator is None or not (c.vllm_extra_args or c.vllm_extra_env or
                                               c.vllm_kv_transfer_extra or
-                                              c.lmcache_extra_config):
+                                              c.lmcache_extra_config or
+                                              c.lmcache_top_level_config):
             continue
         try:
             owned = owned_for(host)
@@ -242,11 +254,16 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
             continue  # an unsupported version or build: versions_supported says so
         yield from _args(site, host, owned)
         for knob, table in (("vllm_extra_env", owned.env), ("vllm_kv_transfer_extra", owned.kv),
-                            ("lmcache_extra_config", owned.lmcache)):
+                            ("lmcache_extra_config", owned.lmcache),
+                            ("lmcache_top_level_config", owned.lmcache)):
             value = getattr(c, knob)
             keys = [*value, *(f"kv_connector_extra_config.{k}" for k in
                               value.get("kv_connector_extra_config") or {}
-                              if knob == "vllm_kv_transfer_extra")]
+                              if knob == "vllm_kv_transfer_extra"),
+                    *(f"{NIXL_PARAMS}.{k}" for k in _mapping(value.get(NIXL_PARAMS))
+                      if knob == "lmcache_extra_config")]
+            if knob == "lmcache_extra_config" and isinstance(value.get(NIXL_PARAMS), dict):
+                keys.remove(NIXL_PARAMS)  # merged, not replaced: its keys are checked
             for key in keys:
                 if knob == "vllm_extra_env" and key == CONFIG_FILE_ENV and key not in table:
                     # like `--config FILE`: every LMCache key, from a file never checked
@@ -264,6 +281,10 @@ def knobs_do_not_override(site: Site) -> Iterator[Problem]:
                     yield Problem(_src(site, host, knob), f"{knob}.{key}",
                                   "overrides what deploykit renders there",
                                   _fix(table[key], key), hosts=(host.name,))
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @cache

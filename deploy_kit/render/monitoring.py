@@ -220,9 +220,9 @@ def _expand(template: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels.get(m.group(1), ""), template)
 
 
-def _series(name: str, **labels: str) -> str:
+def _series(metric: str, /, **labels: str) -> str:  # a label may be called `name`
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{name}{{{inner}}}"
+    return f"{metric}{{{inner}}}"
 
 
 @functools.cache
@@ -241,6 +241,9 @@ def alert_values(site: Site) -> dict[str, str]:
     free, shm_size = s.monitoring_shm_free_ratio, 64 * 2**30  # a made-up 64 GiB /dev/shm
     values: dict[str, object] = {
         "vllm": VLLM, "node": NODE, "haproxy": HAPROXY, "dns_answers": DNS_ANSWERS,
+        "ceph": CEPH, "ceph_osd_latency": s.monitoring_ceph_osd_latency_ms,
+        "ceph_osd_latency_doubled": s.monitoring_ceph_osd_latency_ms * 2,
+        "ceph_osd_latency_halved": s.monitoring_ceph_osd_latency_ms / 2,
         "s3_fqdn": s.deploykit_s3_fqdn,
         "hit_ratio_target": target, "hit_ratio_for": ratio_for,
         # the test's hits per 1000 queries: half the target, and halfway from it to all
@@ -263,6 +266,8 @@ def alert_switches(site: Site) -> dict[str, bool]:
         # a ratio is never below 0: a target of 0 turns the hit ratio alert off
         "hit_ratio_target": site.settings.monitoring_hit_ratio_target > 0,
         "gateways": gateway_count(site) > 0,
+        # the Ceph rules read the mgr's exporter, scraped only when it is on
+        "ceph_mgr": bool(scrape_targets(site).groups.get(CEPH)),
     }
 
 
@@ -465,6 +470,9 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ("vLLM local prefix cache hit ratio", "percentunit",
      [(f'sum by (host) (rate(vllm:prefix_cache_hits_total{{job="{VLLM}"}}[5m])) / '
        f'sum by (host) (rate(vllm:prefix_cache_queries_total{{job="{VLLM}"}}[5m]))', "{{host}}")]),
+    ("External (LMCache) hit tokens per second per host", "short",
+     [(f'sum by (host) (rate(vllm:external_prefix_cache_hits_total{{job="{VLLM}"}}[5m]))',
+       "{{host}}")]),
     ("LMCache hit tokens per second: DRAM (L1) and remote tier (L2)", "short",
      [(f'sum by (host) (rate(lmcache_mp_lookup_hit_l1_tokens_total{{job="{LMCACHE}"}}[5m]))',
        "{{host}} L1"),
@@ -505,9 +513,30 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ("/dev/shm free on serving hosts", "percentunit",
      [(f'node_filesystem_avail_bytes{{job="{NODE}",mountpoint="/dev/shm"}} / '
        f'node_filesystem_size_bytes{{job="{NODE}",mountpoint="/dev/shm"}}', "{{host}}")]),
+    ("Ceph OSD commit and apply latency (worst OSD, average)", "ms",
+     [(f'max(ceph_osd_commit_latency_ms{{job="{CEPH}"}})', "commit, worst OSD"),
+      (f'avg(ceph_osd_commit_latency_ms{{job="{CEPH}"}})', "commit, average"),
+      (f'max(ceph_osd_apply_latency_ms{{job="{CEPH}"}})', "apply, worst OSD")]),
+    ("Ceph recovery: PGs degraded, undersized, recovering, backfilling; slow ops", "short",
+     [*((f'sum(ceph_pg_{state}{{job="{CEPH}"}})', f"PGs {state}")
+        for state in ("degraded", "undersized", "recovering", "backfilling")),
+      (f'max(ceph_healthcheck_slow_ops{{job="{CEPH}"}})', "slow ops")]),
+    ("Ceph recovery throughput", "Bps",
+     [(f'sum(ceph_pool_recovering_bytes_per_sec{{job="{CEPH}"}})', "recovering")]),
     ("Scrape targets up per job", "short",
      [('sum by (job) (up{job=~"deploykit-.*"})', "{{job}}")]),
 ]
+
+# a panel that reads a job only some sites scrape is left out where that job has no target
+# (no panel that can never show data): the LMCache server's own metrics (no LMCache release
+# serves them yet, compat.yaml server_metrics) and the Ceph mgr's exporter
+PANEL_JOBS = {
+    "LMCache hit tokens per second: DRAM (L1) and remote tier (L2)": LMCACHE,
+    "LMCache remote stores submitted and completed per second": LMCACHE,
+    "Ceph OSD commit and apply latency (worst OSD, average)": CEPH,
+    "Ceph recovery: PGs degraded, undersized, recovering, backfilling; slow ops": CEPH,
+    "Ceph recovery throughput": CEPH,
+}
 
 
 def dashboard(site: Site) -> dict[str, Any]:
@@ -515,7 +544,9 @@ def dashboard(site: Site) -> dict[str, Any]:
     chosen through the `datasource` variable, two panels per row."""
     source = {"type": "prometheus", "uid": "${datasource}"}
     panels = []
-    for index, (title, unit, queries) in enumerate(PANELS):
+    scraped = scrape_targets(site).groups
+    shown = [p for p in PANELS if p[0] not in PANEL_JOBS or scraped.get(PANEL_JOBS[p[0]])]
+    for index, (title, unit, queries) in enumerate(shown):
         panels.append({
             "id": index + 1, "type": "timeseries", "title": title, "datasource": source,
             "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},

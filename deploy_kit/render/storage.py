@@ -9,6 +9,7 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import rgw_instance_names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
+from deploy_kit.render.cephadm_spec import export_shape
 from deploy_kit.render.lmcache import dump_yaml
 from deploy_kit.render.templating import render_template
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
@@ -88,7 +89,9 @@ def rgw_spec(site: Site) -> dict[str, Any]:
     doc["extra_container_args"] = [f"--stop-timeout={c.ceph_rgw_exit_timeout_secs + 10}"]
     doc["config"] = rgw_config(c)
     doc["spec"] = spec
-    return doc
+    # written as `ceph orch ls --export` gives it back (config under spec:), so the role's
+    # comparison finds nothing to change on a re-run
+    return dict(export_shape(doc))
 
 
 def render_rgw_spec(site: Site) -> str:

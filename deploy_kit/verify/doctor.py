@@ -53,6 +53,10 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
      "TLS: the concentrator's certificate is not trusted, names the wrong host or expired, "
      "or one side speaks plain HTTP (deploykit_s3_tls, disable_tls)",
      ("s3-tls-certificate", "lmcache-s3-settings", "s3-concentrator-reachable")),
+    (r"ceph.*(slow|latency|degraded|recover|backfill|pg|unavailable|inactive)",
+     "Ceph itself is slow or recovering (slow ops, a slow OSD, degraded or inactive PGs): "
+     "RGW requests wait on it; check the pools and the gateways, then `ceph health detail`",
+     ("ceph-pools", "ceph-rgw-daemons", "s3-roundtrip")),
     (r"s3_region|region",
      "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
      ("lmcache-s3-settings",)),

@@ -72,7 +72,7 @@ def _read(site: Site, host: Host, render: bool = False) -> HostFiles:
     if c.lmcache_topology == "server" or render:
         # the in-process connector is what the driver runs: give it the settings this host's
         # settings render (the same bucket, name, region and TLS as its server's L2)
-        rendered = files[names.lmcache_config_path(c)] = render_lmcache_yaml(c)
+        rendered = files[names.lmcache_config_path(c)] = render_lmcache_yaml(c, host.geometry)
         env.setdefault("LMCACHE_CONFIG_FILE", names.lmcache_config_path(c))
     return HostFiles(env=env, files=files, resolv=found.get("/etc/resolv.conf", ""),
                      ca_bundle=found.get(tls.SYSTEM_BUNDLE, "") if extra else "",

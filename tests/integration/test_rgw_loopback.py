@@ -230,3 +230,33 @@ def test_cache_stats_and_purge(loopback: Loopback) -> None:
     assert [(g["model"], g["objects"]) for g in after["groups"]] == \
         [("meta-llama_Llama-3.1-8B-Instruct", 1)]
     assert loopback.credentials.secret_key not in stats.stdout + stats.stderr + purged.stderr
+
+
+def _noautoscale(conf: Path) -> bool:
+    done = subprocess.run(["ceph", "--conf", str(conf), "osd", "pool", "get", "noautoscale"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    return "is on" in done.stdout + done.stderr
+
+
+def test_cluster_wide_noautoscale_only_when_asked_and_restored(loopback: Loopback,
+                                                              tmp_path: Path) -> None:
+    """roles/ceph_rgw_pools (issue 36 item 3) on a real Ceph: the default leaves the flag
+    alone; asked, it sets and records it once; `down`'s restore clears it, and an admin's
+    own flag (no record) survives."""
+    from tests.unit.test_autoscale_flag import run_tasks
+
+    conf = str(loopback.conf)
+    assert not _noautoscale(loopback.conf)
+    assert run_tasks(tmp_path, "configure.yml", False, conf=conf)["changed"] == 0
+    assert not _noautoscale(loopback.conf)
+    assert run_tasks(tmp_path, "configure.yml", True, conf=conf)["changed"] == 2
+    assert _noautoscale(loopback.conf)
+    assert run_tasks(tmp_path, "configure.yml", True, conf=conf)["changed"] == 0
+    assert run_tasks(tmp_path, "restore_autoscale.yml", True, conf=conf)["changed"] == 2
+    assert not _noautoscale(loopback.conf)
+    subprocess.run(["ceph", "--conf", conf, "osd", "pool", "set", "noautoscale"], check=True,
+                   capture_output=True, timeout=60)  # the cluster admin's own
+    assert run_tasks(tmp_path, "restore_autoscale.yml", True, conf=conf)["changed"] == 0
+    assert _noautoscale(loopback.conf)
+    subprocess.run(["ceph", "--conf", conf, "osd", "pool", "unset", "noautoscale"],
+                   check=True, capture_output=True, timeout=60)

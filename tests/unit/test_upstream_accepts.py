@@ -51,11 +51,12 @@ def test_cephadm_spec_routes_virtual_hosts_and_has_only_known_fields(
     site = _site(make_inventory, deploykit_ceph_version=version,
                  deploykit_s3_fqdn="s3.example.test", **(MULTISITE if multisite else {}))
     doc = yaml.safe_load(render_site(site)["_cluster"]["cephadm/rgw-spec.yaml"].content)
-    assert doc["config"]["rgw_dns_name"] == "s3.example.test"
-    assert doc["config"]["rgw_exit_timeout_secs"] == "120"
+    config = doc["spec"]["config"]  # where cephadm's export puts it (render/cephadm_spec.py)
+    assert config["rgw_dns_name"] == "s3.example.test"
+    assert config["rgw_exit_timeout_secs"] == "120"
     # the runtime must not kill a draining gateway before RGW's own exit timeout
     assert doc["extra_container_args"] == ["--stop-timeout=130"]
-    assert ("rgw_graceful_stop" in doc["config"]) is graceful
+    assert ("rgw_graceful_stop" in config) is graceful
     # cephadm's `rgw zonegroup modify` needs realm, zonegroup and zone with the hostnames
     # (D-1): a single site relies on rgw_dns_name and never names the zonegroup's hostnames
     assert ("zonegroup_hostnames" in doc["spec"]) is (hostnames and multisite)

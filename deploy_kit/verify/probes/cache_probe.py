@@ -20,11 +20,25 @@ import time
 
 from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
+from deploy_kit.plan.breakeven import min_retrieve_tokens
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.openai import api_key, model_name
 from deploy_kit.verify.model import CacheProbe
 
 EXTRA_TOKENS = 5  # past the last full chunk: a prompt that is not a multiple of the chunk
+
+
+def hit_tokens(*hosts: Host) -> int:
+    """The full-chunk prefix a probe prompt carries: two chunks, or as many as LMCache's
+    min_retrieve_tokens on any of these hosts asks for (LMCache reports no external hit
+    below it: lmcache 0.5.6 vllm_v1_adapter.py:1460-1461,1527), within vLLM's context."""
+    chunk = int(hosts[0].config.lmcache_chunk_size)
+    floor = max((min_retrieve_tokens(h.config, h.geometry) or 0) for h in hosts)
+    chunks = max(2, -(-floor // chunk))
+    limits = [h.config.vllm_max_model_len for h in hosts if h.config.vllm_max_model_len]
+    if limits:
+        chunks = max(2, min(chunks, (min(limits) - EXTRA_TOKENS - 2) // chunk))
+    return chunks * chunk
 SETTLE_S = 1.0  # LMCache stores a request's chunks when it finishes
 
 
@@ -49,9 +63,9 @@ def probe_host(host: Host, run_id: str, others: list[Host],
     if not result.serving:
         result.error = f"/health {seen.health}, /v1/models {'ok' if seen.models else 'none'}"
         return result
-    chunk = int(c.lmcache_chunk_size)
-    result.prompt_tokens = 2 * chunk + EXTRA_TOKENS
-    result.expected_hit_tokens = 2 * chunk
+    prefix = hit_tokens(host, *others, *([sibling] if sibling else []))
+    result.prompt_tokens = prefix + EXTRA_TOKENS
+    result.expected_hit_tokens = prefix
     ids = oa.prompt_ids(result.prompt_tokens, f"verify-{run_id}-{host.name}",
                         oa.token_range(c.vllm_accelerator))
     model = model_name(host, seen)

@@ -23,7 +23,7 @@ from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
 from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import RemoteRead
-from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, request_with_hits
+from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, hit_tokens, request_with_hits
 
 SETTLE_S = 5.0  # LMCache stores a finished request's chunks in S3 in the background
 REMOTE_MODES = ("s3", "nixl")  # the lmcache_mode values with a tier other hosts read
@@ -74,12 +74,12 @@ def probe(hosts: list[Host], models: dict[str, str], run_id: str,
              for w, r, t in host_pairs]
     reads: list[RemoteRead] = []
     prompts: list[list[int]] = []
-    for writer, reader, _ in pairs:
-        chunk = int(writer.config.lmcache_chunk_size)
+    for writer, reader, third in pairs:
+        hits = hit_tokens(writer, reader, *([third] if third is not None else []))
         reads.append(RemoteRead(writer=writer.name, reader=reader.name,
-                                prompt_tokens=2 * chunk + EXTRA_TOKENS,
-                                expected_hit_tokens=2 * chunk, settle_s=settle_s))
-        prompts.append(oa.prompt_ids(2 * chunk + EXTRA_TOKENS,
+                                prompt_tokens=hits + EXTRA_TOKENS,
+                                expected_hit_tokens=hits, settle_s=settle_s))
+        prompts.append(oa.prompt_ids(hits + EXTRA_TOKENS,
                                      f"verify-remote-{run_id}-{writer.name}",
                                      oa.token_range(writer.config.vllm_accelerator)))
 
