@@ -256,3 +256,24 @@ def test_what_adding_a_host_changes_on_the_others(
     changed = {h for h in before if h != "_cluster" and before[h] != after[h]}
     assert changed == others, changed
     assert (before["_cluster"] != after["_cluster"]) is site_wide
+
+
+def test_remove_takes_the_site_lock(make_inventory: InventoryFactory, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like up and down: while another run holds the site, remove stops at once (exit 7,
+    naming the holder) before any host is contacted; --print-command needs no lock."""
+    from deploy_kit.core.exit_codes import ExitCode
+    from deploy_kit.ops import site_lock
+    from tests.unit.test_site_lock import _holder
+
+    monkeypatch.setenv(site_lock.LOCK_DIR_ENV, str(tmp_path / "locks"))
+    root = make_inventory()
+    proc, release = _holder(root)
+    try:
+        held = _remove(root, "rgw2", "--yes", tmp_path=tmp_path)
+        assert held.returncode == ExitCode.ENVIRONMENT, held.stdout + held.stderr
+        assert f"pid {proc.pid}" in held.stderr and "unreachable" not in held.stdout
+        assert _remove(root, "rgw2", "--print-command", tmp_path=tmp_path).returncode == 0
+    finally:
+        release.set()  # type: ignore[attr-defined]
+        proc.join(30)
