@@ -18,6 +18,7 @@ from deploy_kit.cli import (
     bench_cmds,
     cache_cmds,
     converge_cmds,
+    remove_cmd,
     secrets_cmds,
     site_cmds,
     status_cmds,
@@ -39,7 +40,8 @@ app = typer.Typer(no_args_is_help=True, pretty_exceptions_enable=False, add_comp
                        "unreachable, 6 verify failed, 7 missing prerequisite, 130 interrupted.")
 
 for verb in (site_cmds.plan, site_cmds.render, site_cmds.validate, converge_cmds.up,
-             site_cmds.wheelhouse, converge_cmds.down, verify_cmds.verify, verify_cmds.doctor):
+             site_cmds.wheelhouse, converge_cmds.down, remove_cmd.remove, verify_cmds.verify,
+             verify_cmds.doctor):
     app.command()(verb)
 app.command()(status_cmds.status)
 app.add_typer(cache_cmds.cache_app, name="cache")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -57,19 +58,23 @@ def playbook_vars(site: Site) -> dict[str, object]:
 def run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
                  options: AnsibleOptions, run_vars: dict[str, object] | None = None,
                  connection: ConnectionOptions | None = None,
-                 listing: tuple[str, ...] = (), lock_wait: float = 0.0) -> None:
+                 listing: tuple[str, ...] = (), lock_wait: float = 0.0,
+                 before: Callable[[Site], None] | None = None) -> None:
+    """`before`: the verb's own checks of the opened site (and its confirmation), after
+    the inventory is valid and before anything is locked, written or contacted."""
     connection = connection or ConnectionOptions()
     if listing:  # Ansible lists without logging in: nothing to ask
         connection = replace(connection, ask_become_pass=False)
     with reaching(connection, ask=not options.print_command) as reach:
         _run_playbook(verb, playbook, inventory, vault, options, run_vars or {}, reach,
-                      listing, lock_wait)
+                      listing, lock_wait, before)
 
 
 def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
                   options: AnsibleOptions, run_vars: dict[str, object],
                   connection: ConnectionOptions, listing: tuple[str, ...],
-                  lock_wait: float = 0.0) -> None:
+                  lock_wait: float = 0.0,
+                  before: Callable[[Site], None] | None = None) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.config.open import open_site
     from deploy_kit.config.vault import command_flags
@@ -79,6 +84,8 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
     secrets = vault.secrets()  # a prompt asks here, once: ansible-playbook gets the files
     site = open_site(inventory, secrets)  # exit 3 before any host is contacted
     refuse_bad_input(site, options)
+    if before is not None:
+        before(site)
     request = RunRequest(
         verb=verb, playbook=project_dir() / "playbooks" / playbook,
         inventory=site.inventory_source.resolve(),
