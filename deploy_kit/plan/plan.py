@@ -15,6 +15,7 @@ from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
 from deploy_kit.plan import sizing
 from deploy_kit.plan.breakeven import ServingGroupPlan, device_of, group_plan
+from deploy_kit.render import self_heal
 
 PLAN_SCHEMA = 1
 
@@ -245,6 +246,7 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
         out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
                    "storage network only")
     out += security_opt_outs(site)
+    out += self_heal.warnings(site)
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
     return out

@@ -13,7 +13,7 @@ from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.ops.rundir import SITE_PATH, role_tree
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import CLUSTER
-from deploy_kit.render.s3_access import PROBE_PREFIX, bucket_policy, serving_user
+from deploy_kit.render.s3_access import LEASE_PREFIX, PROBE_PREFIX, bucket_policy, serving_user
 from deploy_kit.verify.checks.s3_privilege import CHECK
 from deploy_kit.verify.model import CHECKS, Observation, PrivilegeProbe, Status
 from tests.conftest import InventoryFactory
@@ -34,6 +34,8 @@ def test_policy_grants_the_serving_user_objects_only() -> None:
             {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"},
         ("Allow", who, ("arn:aws:s3:::cache",)): {"s3:ListBucket"},
         ("Allow", who, (f"arn:aws:s3:::cache/{PROBE_PREFIX}*",)): {"s3:DeleteObject"},
+        # the serving hosts' restart lease (render/self_heal.py): each deletes its own
+        ("Allow", who, (f"arn:aws:s3:::cache/{LEASE_PREFIX}*",)): {"s3:DeleteObject"},
     }
     # nothing that changes or deletes the bucket, nothing for the owner (it owns it)
     actions = {a for s in policy["Statement"] for a in s["Action"]}
@@ -120,10 +122,10 @@ def test_privilege_check_passes_only_on_refusals() -> None:
 
 
 # `radosgw-admin lc get --bucket` on Ceph 16.2.15 after deploykit's lifecycle was put
-LC_GET = """{"prefix_map": {"": {"status": true, "expiration": 1, "mp_expiration": 1}},
+LC_GET = """{"prefix_map": {"": {"status": true, "expiration": 7, "mp_expiration": 1}},
  "rule_map": [{"id": "deploykit-expire-kv", "rule": {
    "id": "deploykit-expire-kv", "prefix": "", "status": "Enabled",
-   "expiration": {"days": "1", "date": ""}, "noncur_expiration": {"days": "", "date": ""},
+   "expiration": {"days": "7", "date": ""}, "noncur_expiration": {"days": "", "date": ""},
    "mp_expiration": {"days": "1", "date": ""},
    "filter": {"prefix": "", "obj_tags": {"tagset": {}}}, "transitions": {},
    "noncur_transitions": {}, "dm_expiration": false}}]}"""
