@@ -6,6 +6,10 @@ from deploy_kit.config.models import HostConfig
 
 HEADER = "Managed by deploykit; local changes are overwritten."
 
+# The serving hosts' restart lease in the cache bucket (render/self_heal.py): the one prefix
+# besides verify's probes the serving identity may delete in (render/s3_access.py)
+LEASE_PREFIX = "deploykit-lease/"
+
 
 def endpoint_host(c: HostConfig) -> str:
     """`<fqdn>` or `<fqdn>:<port>` when the port is not the scheme's default."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Site
 
@@ -20,7 +21,7 @@ from deploy_kit.config.site import Site
 # (keys start with the model name or path, cache/keys.py).
 PROBE_PREFIX = "deploykit-verify-probe"
 # The serving hosts' lease (render/self_heal.py): one restarts at a time; each deletes its own
-LEASE_PREFIX = "deploykit-lease/"
+LEASE_PREFIX = names.LEASE_PREFIX
 
 # What LMCache's S3 connector sends (research/lmcache-rgw-roundtrip.md "Wire details",
 # lmcache-vllm-facts.md 1.8): HEAD (a lookup, and before every get), ranged GET, PUT as a

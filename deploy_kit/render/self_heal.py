@@ -27,13 +27,13 @@ probe: S3 answers a signed request through the name and port LMCache uses).
 from __future__ import annotations
 
 import pprint
+from pathlib import PurePosixPath
 from typing import Any
 
 from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
-from deploy_kit.ops import converged
-from deploy_kit.render import monitoring, vllm
-from deploy_kit.render.s3_access import LEASE_PREFIX
+from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.render import lmcache_server, monitoring, vllm
 
 SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
 HEAL_UNIT = "/etc/systemd/system/deploykit-lmcache-heal.service"
@@ -45,7 +45,7 @@ STATE = "/var/lib/deploykit/lmcache-heal.json"
 # the journal's SYSLOG_IDENTIFIER of every record (journalctl -t deploykit-heal)
 IDENTIFIER = "deploykit-heal"
 # the lease object in the cache bucket; no LMCache key starts with it (cache/keys.py)
-LEASE_KEY = f"{LEASE_PREFIX}serving-restart"
+LEASE_KEY = f"{names.LEASE_PREFIX}serving-restart"
 HEAL_INTERVAL_S = 30
 # RGW processes lifecycle in rgw_lifecycle_work_time, 00:00-06:00 by default (deploykit
 # leaves it alone): the restart follows its end
@@ -83,17 +83,20 @@ def lease_ttl(host: Host) -> int:
 def agent_config(host: Host) -> dict[str, Any]:
     """What the script acts on: its units and ports, the words, the S3 profile, the lease."""
     c = host.config
-    breaker_units, pattern = converged.breaker(host)
-    server = c.lmcache_topology == "server"
+    # the units and words `up`'s heal task and verify read (ops/converged.breaker; a test
+    # holds the two equal): the server, else every in-process instance
+    server = PurePosixPath(lmcache_server.UNIT_PATH).stem if c.lmcache_topology == "server" \
+        else None
+    instances = vllm.host_instances(host)
     return {
         "host": host.name,
         "identifier": IDENTIFIER,
-        "breaker_units": breaker_units,
-        "breaker_pattern": pattern,
-        "server": converged.role_units(host)["_lmcache_server_unit"] if server else None,
+        "breaker_units": [server] if server else [i.unit for i in instances],
+        "breaker_pattern": S3_LOG_PATTERNS["breaker"],
+        "server": server,
         # CPU: the instances Require= the server, so its restart restarts them (roll.yml)
         "with_server": vllm.restarts_with_server(host),
-        "instances": [{"unit": i.unit, "port": i.port} for i in vllm.host_instances(host)],
+        "instances": [{"unit": i.unit, "port": i.port} for i in instances],
         "health_timeout": c.vllm_health_timeout,
         "health_poll": 2,
         "backoff": c.lmcache_self_heal_backoff * 60,
@@ -157,22 +160,3 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
     if not restart_enabled(site, host):
         del files[RESTART_TIMER]
     return files
-
-
-def warnings(site: Site) -> list[str]:
-    """Plan warnings: an opt-out that leaves a known failure standing."""
-    out: dict[str, None] = {}
-    for host in site.group("vllm"):
-        c = host.config
-        if not applies(host):
-            continue
-        if not c.lmcache_self_heal:
-            out["lmcache_self_heal: false (opt-out): a tripped LMCache S3 breaker stays "
-                "tripped until `deploykit up` restarts the process"] = None
-        days = site.settings.ceph_rgw_s3_lifecycle_days
-        if not c.lmcache_scheduled_restart and days > 0:
-            out["lmcache_scheduled_restart: false with lifecycle expiry on "
-                f"(ceph_rgw_s3_lifecycle_days: {days}): each "
-                "running LMCache keeps announcing expired objects as stored, and recomputes "
-                "them, until it restarts (`deploykit up --restart-serving`)"] = None
-    return list(out)

@@ -469,6 +469,22 @@ def test_no_s3_tier_no_agent(make_inventory: InventoryFactory) -> None:
     assert self_heal.SCRIPT not in files and set(self_heal.UNITS).isdisjoint(files)
 
 
+@pytest.mark.parametrize("topology", ["server", "inprocess"])
+def test_the_agent_reads_the_units_and_words_up_and_verify_read(
+        make_inventory: InventoryFactory, topology: str) -> None:
+    from deploy_kit.ops import converged
+
+    hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
+        "hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2,
+                           "vllm_accelerator_count": 2}},
+        "vars": {"vllm_accelerator": "cuda", "lmcache_topology": topology,
+                 "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    site = open_site(str(make_inventory(hosts=hosts)))
+    config = self_heal.agent_config(site.hosts["gpu1"])
+    assert (config["breaker_units"], config["breaker_pattern"]) == \
+        converged.breaker(site.hosts["gpu1"])
+
+
 def test_lifecycle_keeps_a_week_by_default() -> None:
     from deploy_kit.config.models import HostConfig
     assert HostConfig().ceph_rgw_s3_lifecycle_days >= 7
