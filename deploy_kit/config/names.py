@@ -6,8 +6,9 @@ from deploy_kit.config.models import HostConfig
 
 HEADER = "Managed by deploykit; local changes are overwritten."
 
-# The serving hosts' restart lease in the cache bucket (render/self_heal.py): the one prefix
-# besides verify's probes the serving identity may delete in (render/s3_access.py)
+# The serving hosts' restart lease in the cache bucket (render/self_heal.py): numbered
+# objects under it, never deleted by the hosts (lifecycle expiry removes old ones); no
+# LMCache key starts with it (cache/keys.py)
 LEASE_PREFIX = "deploykit-lease/"
 
 

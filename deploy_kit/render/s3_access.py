@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Site
 
@@ -20,8 +19,6 @@ from deploy_kit.config.site import Site
 # identity may delete, so verify cleans up after itself; no LMCache key starts with it
 # (keys start with the model name or path, cache/keys.py).
 PROBE_PREFIX = "deploykit-verify-probe"
-# The serving hosts' lease (render/self_heal.py): one restarts at a time; each deletes its own
-LEASE_PREFIX = names.LEASE_PREFIX
 
 # What LMCache's S3 connector sends (research/lmcache-rgw-roundtrip.md "Wire details",
 # lmcache-vllm-facts.md 1.8): HEAD (a lookup, and before every get), ranged GET, PUT as a
@@ -53,7 +50,7 @@ def _principal(uid: str) -> dict[str, list[str]]:
 def bucket_policy(c: HostConfig) -> dict[str, Any]:
     """The serving identity's rights on the cache bucket, nothing bucket-level beyond a
     listing: it cannot change the policy, the lifecycle or the quota, nor delete the bucket
-    or any chunk (only verify's own probe objects and the hosts' restart lease)."""
+    or any chunk (only verify's own probe objects)."""
     bucket = c.deploykit_s3_bucket
     who = _principal(serving_user(c))
     return {"Version": "2012-10-17", "Statement": [
@@ -63,8 +60,6 @@ def bucket_policy(c: HostConfig) -> dict[str, Any]:
          "Action": BUCKET_ACTIONS, "Resource": [f"arn:aws:s3:::{bucket}"]},
         {"Sid": "deploykit-verify-probes", "Effect": "Allow", "Principal": who,
          "Action": ["s3:DeleteObject"], "Resource": [f"arn:aws:s3:::{bucket}/{PROBE_PREFIX}*"]},
-        {"Sid": "deploykit-serving-lease", "Effect": "Allow", "Principal": who,
-         "Action": ["s3:DeleteObject"], "Resource": [f"arn:aws:s3:::{bucket}/{LEASE_PREFIX}*"]},
     ]}
 
 

@@ -12,16 +12,17 @@ host runs one script, two ways:
 - `restart` (deploykit-lmcache-restart.timer, after each RGW lifecycle window): restarts the
   host whole, so no process trusts an object lifecycle expiry deleted.
 
-Either way, one host of the site at a time: the script holds a lease object in the cache
-bucket, created with an S3 conditional write (If-None-Match: *: RGW creates the RADOS object
-exclusively, so a second create gets 412) and deleted by its holder, with the host's own
-serving identity (the bucket policy lets it delete only under LEASE_PREFIX). A lease whose
-holder died expires after lease_ttl; two hosts taking over one expired lease in the same
-second could both hold it (delete, then create), the one race left. Why not a Consul
-lock: serving hosts run no Consul agent, the servers' HTTP API listens on loopback only, and
-a site in static DNS mode has no Consul at all; every serving host can reach S3 with the keys
-it already holds, and a heal needs S3 back anyway (the lease's read is the reachability
-probe: S3 answers a signed request through the name and port LMCache uses).
+Either way, one host of the site at a time: the script holds a lease in the cache bucket,
+numbered objects `deploykit-lease/serving-restart.<n>`, each created with an S3 conditional
+write (If-None-Match: *: RGW creates the RADOS object exclusively, so a second create of the
+same key gets 412), with the host's own serving identity. The newest one is the lease: a host
+takes it by creating the next number while the newest is free or expired, and frees it by
+overwriting its own. Nothing is deleted (the serving identity has no delete right; lifecycle
+expiry removes old numbers). Why not a Consul lock: serving hosts run no Consul agent, the
+servers' HTTP API listens on loopback only, and a site in static DNS mode has no Consul at
+all; every serving host can reach S3 with the keys it already holds, and a heal needs S3 back
+anyway (the lease's read is the reachability probe: S3 answers a signed request through the
+name and port LMCache uses).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.ops.rundir import SITE_PATH, role_tree
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import CLUSTER
-from deploy_kit.render.s3_access import LEASE_PREFIX, PROBE_PREFIX, bucket_policy, serving_user
+from deploy_kit.render.s3_access import PROBE_PREFIX, bucket_policy, serving_user
 from deploy_kit.verify.checks.s3_privilege import CHECK
 from deploy_kit.verify.model import CHECKS, Observation, PrivilegeProbe, Status
 from tests.conftest import InventoryFactory
@@ -34,8 +34,6 @@ def test_policy_grants_the_serving_user_objects_only() -> None:
             {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"},
         ("Allow", who, ("arn:aws:s3:::cache",)): {"s3:ListBucket"},
         ("Allow", who, (f"arn:aws:s3:::cache/{PROBE_PREFIX}*",)): {"s3:DeleteObject"},
-        # the serving hosts' restart lease (render/self_heal.py): each deletes its own
-        ("Allow", who, (f"arn:aws:s3:::cache/{LEASE_PREFIX}*",)): {"s3:DeleteObject"},
     }
     # nothing that changes or deletes the bucket, nothing for the owner (it owns it)
     actions = {a for s in policy["Statement"] for a in s["Action"]}

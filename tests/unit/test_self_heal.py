@@ -111,13 +111,15 @@ class Client:
         self._save(objects)
         return {"ETag": '"e"'}
 
-    def delete_object(self, Bucket, Key):
-        objects = self._load()
-        objects.pop(Bucket + "/" + Key, None)
-        self._save(objects)
-        with open(os.path.join(os.environ["FAKE"], "deletes"), "a") as handle:
-            handle.write(Key + "\\n")
-        return {}
+    def list_objects_v2(self, Bucket, Prefix, ContinuationToken=None):
+        keys = sorted(k[len(Bucket) + 1:] for k in self._load() if k.startswith(Bucket + "/"))
+        keys = [k for k in keys if k.startswith(Prefix)]
+        start = int(ContinuationToken or 0)  # two keys a page: the agent must follow pages
+        page = {"Contents": [{"Key": k} for k in keys[start:start + 2]],
+                "IsTruncated": start + 2 < len(keys)}
+        if page["IsTruncated"]:
+            page["NextContinuationToken"] = str(start + 2)
+        return page
 
 
 class session:
@@ -220,18 +222,29 @@ class Agent:
         path = self.fake / "restarts"
         return path.read_text().split() if path.exists() else []
 
-    def lease(self) -> dict[str, Any] | None:
+    def leases(self) -> list[dict[str, Any]]:
+        """Every lease record, oldest first."""
         path = self.fake / "s3.json"
         objects = json.loads(path.read_text()) if path.exists() else {}
-        key = f"{self.config['bucket']}/{self.config['lease_key']}"
-        return json.loads(objects[key]) if key in objects else None
+        prefix = f"{self.config['bucket']}/{self.config['lease_key']}."
+        return [json.loads(objects[k]) for k in sorted(objects) if k.startswith(prefix)]
 
-    def hold_lease(self, host: str, expires_in: float) -> None:
+    def lease(self) -> dict[str, Any] | None:
+        """The newest lease record; its host holds the lease ('' when free)."""
+        leases = self.leases()
+        return leases[-1] if leases else None
+
+    def hold_lease(self, host: str, expires_in: float, n: int = 7) -> None:
+        """`host` holds lease number n (three older, freed ones beside it)."""
         import time
-        key = f"{self.config['bucket']}/{self.config['lease_key']}"
-        (self.fake / "s3.json").write_text(json.dumps({key: json.dumps(
-            {"host": host, "reason": "breaker", "since": 0,
-             "expires": time.time() + expires_in})}))
+        path = self.fake / "s3.json"
+        objects = json.loads(path.read_text()) if path.exists() else {}
+        for i in range(n - 3, n):
+            objects[f"{self.config['bucket']}/{self.config['lease_key']}.{i:012d}"] = \
+                json.dumps({"host": ""})
+        objects[f"{self.config['bucket']}/{self.config['lease_key']}.{n:012d}"] = json.dumps(
+            {"host": host, "reason": "breaker", "since": 0, "expires": time.time() + expires_in})
+        path.write_text(json.dumps(objects))
 
     def metrics(self) -> dict[str, float]:
         text = (self.root / "textfile" / "deploykit_lmcache_heal.prom").read_text()
@@ -274,8 +287,9 @@ def test_a_tripped_server_restarts_behind_the_lease_and_gate_and_is_recorded(
     assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
     assert "host=cpu1" in out[0] and "units=lmcache-server" in out[0]
     assert "reason=breaker" in out[1]
-    assert cpu_server.lease() is None  # given back after the gate
-    assert (cpu_server.fake / "deletes").read_text().split() == [self_heal.LEASE_KEY]
+    # lease 1 taken, then freed after the gate (overwritten: the hosts delete nothing)
+    assert [lease["host"] for lease in cpu_server.leases()] == [""]
+    assert cpu_server.lease()["released_by"] == "cpu1"
     metrics = cpu_server.metrics()
     assert metrics['deploykit_lmcache_heals_total{reason="breaker"}'] == 1
     assert metrics['deploykit_lmcache_heal_last_timestamp_seconds{reason="breaker"}'] > 0
@@ -305,6 +319,28 @@ def test_no_heal_while_s3_does_not_answer_and_one_record_of_the_wait(cpu_server:
     assert cpu_server.restarts() == ["lmcache-server"]
 
 
+def test_two_hosts_racing_for_one_number_only_one_wins(cpu_server: Agent) -> None:
+    """Both saw number 7 free and create 8: the store refuses the second create (412)."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.hold_lease("", expires_in=0, n=7)
+    key = f"{cpu_server.config['bucket']}/{cpu_server.config['lease_key']}.{8:012d}"
+    path = cpu_server.fake / "s3.json"
+    objects = json.loads(path.read_text())
+    # the other host's create of 8 lands between this one's list and its create
+    other = json.dumps(json.dumps({"host": "other", "expires": 4e9}))
+    fake = cpu_server.fake / "py/boto3/__init__.py"
+    fake.write_text(fake.read_text().replace(
+        "    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):\n"
+        "        objects = self._load()\n",
+        "    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):\n"
+        "        objects = self._load()\n"
+        f"        objects.setdefault({key!r}, {other})\n"
+        "        self._save(objects)\n"))
+    path.write_text(json.dumps(objects))
+    out = cpu_server.run()
+    assert cpu_server.restarts() == [] and "by=other" in out[0], out
+
+
 def test_another_hosts_lease_waits_and_an_expired_one_is_taken_over(cpu_server: Agent
                                                                       ) -> None:
     cpu_server.logs("lmcache-server", BREAKER)
@@ -315,7 +351,9 @@ def test_another_hosts_lease_waits_and_an_expired_one_is_taken_over(cpu_server: 
     cpu_server.hold_lease("other", expires_in=-1)  # its holder died mid-restart
     out = cpu_server.run()
     assert [line.split()[0] for line in out] == ["lease-takeover", "heal-start", "heal-done"]
-    assert cpu_server.restarts() == ["lmcache-server"] and cpu_server.lease() is None
+    assert cpu_server.restarts() == ["lmcache-server"]
+    # the next number was taken (the dead holder's stays as it was) and freed
+    assert [lease["host"] for lease in cpu_server.leases()] == ["", "", "", "other", ""]
 
 
 def test_a_heal_waits_its_turn_for_the_lease(cpu_server: Agent) -> None:

@@ -154,7 +154,15 @@ def test_a_storage_outage_trips_the_breaker_and_the_site_heals_itself(converged:
                 break
             time.sleep(5)
         time.sleep(10)  # the load runs on over the healed site
-    assert healed_at is not None, {a: heal_records(converged, a) for a in SERVING.values()}
+    if healed_at is None:  # everything the agents and the units said, whole, for the reader
+        report = {name: {"records": heal_records(converged, a),
+                         "tripped": tripped(converged, a),
+                         "journal": converged.ssh(a, "journalctl -u deploykit-lmcache-heal "
+                                                     "-u lmcache-server -n 60 --no-pager || true")}
+                  for name, a in SERVING.items()}
+        TIMINGS.write_text(json.dumps(report, indent=2))
+        pytest.fail(f"not healed {HEAL_WITHIN_S} s after storage came back: see {TIMINGS}\n"
+                    + json.dumps({n: r["records"] for n, r in report.items()}, indent=1))
 
     rc, findings = verify(converged)
     assert rc == 0, [f for f in findings if f["status"] != "pass"]
