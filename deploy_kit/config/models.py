@@ -290,7 +290,7 @@ class HostConfig(BaseModel):
     # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
-    ceph_rgw_s3_lifecycle_days: int = Field(default=1, ge=0, le=36500)
+    ceph_rgw_s3_lifecycle_days: int = Field(default=7, ge=0, le=36500)
     # RGW bucket quota in bytes; unset: the bytes `plan` computes for
     # deploykit_cache_target_tokens; 0: no quota (then lifecycle days must not be 0)
     ceph_rgw_s3_quota_bytes: int | None = Field(default=None, ge=0, le=2**62)
@@ -473,6 +473,24 @@ class HostConfig(BaseModel):
     lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
     # vLLM's wait for the server, s
     lmcache_server_mq_timeout: int = Field(default=120, ge=1, le=86400)
+    # LMCache turns its S3 tier off for the life of the process after three connection
+    # errors (its breaker): a timer on each serving host restarts a tripped process once S3
+    # answers again, one host of the site at a time (render/self_heal.py, docs/day2.md)
+    lmcache_self_heal: bool = True
+    # minutes between two heals of one host; doubled for each further heal within 16 times
+    # that, up to 16 times it
+    lmcache_self_heal_backoff: int = Field(default=10, ge=1, le=1440)
+    # a rolling restart of every serving host after each RGW lifecycle window, so no process
+    # trusts its record of an object lifecycle expiry deleted (docs/day2.md); one host of the
+    # site at a time, health-gated
+    lmcache_scheduled_restart: bool = True
+    # systemd OnCalendar of that restart; unset: daily at the end of RGW's lifecycle window
+    # (rgw_lifecycle_work_time, 00:00-06:00 unless the cluster changed it)
+    lmcache_scheduled_restart_calendar: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9*:.,/~ -]{1,100}$",
+        json_schema_extra={"default_text": "daily 06:00"})
+    # the latest start after the calendar time, s (each host draws its own delay)
+    lmcache_scheduled_restart_delay: int = Field(default=1800, ge=0, le=86400)
 
     # --- vllm -------------------------------------------------------------------------
     vllm_version: str = "0.34.0"  # newest compat.yaml row (checked against its wheel)

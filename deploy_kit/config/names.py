@@ -6,6 +6,11 @@ from deploy_kit.config.models import HostConfig
 
 HEADER = "Managed by deploykit; local changes are overwritten."
 
+# The serving hosts' restart lease in the cache bucket (render/self_heal.py): numbered
+# objects under it, never deleted by the hosts (lifecycle expiry removes old ones); no
+# LMCache key starts with it (cache/keys.py)
+LEASE_PREFIX = "deploykit-lease/"
+
 
 def endpoint_host(c: HostConfig) -> str:
     """`<fqdn>` or `<fqdn>:<port>` when the port is not the scheme's default."""

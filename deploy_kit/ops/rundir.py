@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from deploy_kit.config import names
@@ -26,7 +26,7 @@ from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
 from deploy_kit.project import project_dir
-from deploy_kit.render import consul_tls, s3_access, tls, vllm
+from deploy_kit.render import consul_tls, s3_access, self_heal, tls, vllm
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
@@ -121,6 +121,10 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         # the heal task's unit and journal words: the converge record's own (converged.breaker)
         "_lmcache_breaker_units": breaker_units,
         "_lmcache_breaker_pattern": breaker_pattern,
+        # the LMCache agent (render/self_heal.py): its script and units; the render writes a
+        # timer only where it runs, and the role stops one it no longer finds there
+        "_serving_agent_script": self_heal.SCRIPT,
+        "_serving_agent_units": [PurePosixPath(p).name for p in self_heal.UNITS],
         **converged.role_paths(host),
         **converged.role_units(host),
     }

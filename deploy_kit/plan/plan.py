@@ -260,6 +260,7 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
         out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
                    "storage network only")
     out += security_opt_outs(site)
+    out += self_heal_opt_outs(site)
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
     return out
@@ -289,6 +290,26 @@ def security_opt_outs(site: Site) -> list[str]:
                    "API takes requests without a key, so anyone who reaches it can read "
                    "and plant KV in the shared cache")
     return out
+
+
+def self_heal_opt_outs(site: Site) -> list[str]:
+    """An opt-out of the LMCache agent (render/self_heal.py) that leaves a known failure
+    standing, on serving hosts with an S3 tier."""
+    out: dict[str, None] = {}
+    days = site.settings.ceph_rgw_s3_lifecycle_days
+    for host in site.group("vllm"):
+        c = host.config
+        if c.lmcache_mode not in ("s3", "nixl"):
+            continue
+        if not c.lmcache_self_heal:
+            out["lmcache_self_heal: false (opt-out): a tripped LMCache S3 breaker stays "
+                "tripped until `deploykit up` restarts the process"] = None
+        if not c.lmcache_scheduled_restart and days > 0:
+            out["lmcache_scheduled_restart: false with lifecycle expiry on "
+                f"(ceph_rgw_s3_lifecycle_days: {days}): each running LMCache keeps "
+                "announcing expired objects as stored, and recomputes them, until it "
+                "restarts (`deploykit up --restart-serving`)"] = None
+    return list(out)
 
 
 def _names(names: list[str], shown: int = 3) -> str:

@@ -14,7 +14,7 @@ from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
-from deploy_kit.render import consul, dns, lmcache_server, monitoring, storage, vllm
+from deploy_kit.render import consul, dns, lmcache_server, monitoring, self_heal, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
 
@@ -86,6 +86,9 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 vllm.render_env_file(host, instance))
             files[names.vllm_unit_path(instance.unit)] = RenderedFile(
                 vllm.render_unit(host, instance))
+        if self_heal.applies(host):
+            files |= {path: RenderedFile(text, mode=mode) for path, (text, mode) in
+                      self_heal.render(site, host).items()}
         if c.vllm_uses_api_key:
             files[vllm.secret_env_path(host)] = RenderedFile(
                 vllm.render_secret_env(host), mode=0o600, secret=True)

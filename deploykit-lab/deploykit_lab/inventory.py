@@ -40,6 +40,10 @@ def serving_vars(serving: ServingArtefacts | None) -> dict[str, Any]:
         "vllm_enable_prefix_caching": False,
         "vllm_max_model_len": 16384,
         "vllm_health_timeout": 600,
+        # no restart by the clock in the middle of a lab session (a rolling restart at 06:00
+        # would fail whatever test runs then); tests/lab/day2/test_3_self_heal.py starts the
+        # scheduled restart's service itself
+        "lmcache_scheduled_restart": False,
     }
 
 

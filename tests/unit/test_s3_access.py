@@ -120,10 +120,10 @@ def test_privilege_check_passes_only_on_refusals() -> None:
 
 
 # `radosgw-admin lc get --bucket` on Ceph 16.2.15 after deploykit's lifecycle was put
-LC_GET = """{"prefix_map": {"": {"status": true, "expiration": 1, "mp_expiration": 1}},
+LC_GET = """{"prefix_map": {"": {"status": true, "expiration": 7, "mp_expiration": 1}},
  "rule_map": [{"id": "deploykit-expire-kv", "rule": {
    "id": "deploykit-expire-kv", "prefix": "", "status": "Enabled",
-   "expiration": {"days": "1", "date": ""}, "noncur_expiration": {"days": "", "date": ""},
+   "expiration": {"days": "7", "date": ""}, "noncur_expiration": {"days": "", "date": ""},
    "mp_expiration": {"days": "1", "date": ""},
    "filter": {"prefix": "", "obj_tags": {"tagset": {}}}, "transitions": {},
    "noncur_transitions": {}, "dm_expiration": false}}]}"""

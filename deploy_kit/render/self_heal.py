@@ -1,0 +1,163 @@
+"""A serving host's LMCache agent (pure): the script, its two services and two timers.
+
+LMCache 0.5.6 turns its S3 tier off for the life of the process after three connection
+errors (s3_l2_adapter.py:1022-1030 in the server, s3_connector.py:688-697 in process) and
+trusts its record of what S3 stores for the life of the process (s3_l2_adapter.py:1127: a
+lookup answers from `_object_size_cache` before any HEAD; its config, lines 330-400, has no
+setting that expires or re-checks that record). Both heal only by a restart, so each serving
+host runs one script, two ways:
+
+- `heal` (deploykit-lmcache-heal.timer, every 30 s): restarts a process whose current
+  invocation logged the breaker (the words and units `up`'s heal task reads), with backoff;
+- `restart` (deploykit-lmcache-restart.timer, after each RGW lifecycle window): restarts the
+  host whole, so no process trusts an object lifecycle expiry deleted.
+
+Either way, one host of the site at a time: the script holds a lease in the cache bucket,
+numbered objects `deploykit-lease/serving-restart.<n>`, each created with an S3 conditional
+write (If-None-Match: *: RGW creates the RADOS object exclusively, so a second create of the
+same key gets 412), with the host's own serving identity. The newest one is the lease: a host
+takes it by creating the next number while the newest is free or expired, and frees it by
+overwriting its own. Nothing is deleted (the serving identity has no delete right; lifecycle
+expiry removes old numbers). Why not a Consul lock: serving hosts run no Consul agent, the
+servers' HTTP API listens on loopback only, and a site in static DNS mode has no Consul at
+all; every serving host can reach S3 with the keys it already holds, and a heal needs S3 back
+anyway (the lease's read is the reachability probe: S3 answers a signed request through the
+name and port LMCache uses).
+"""
+
+from __future__ import annotations
+
+import pprint
+from pathlib import PurePosixPath
+from typing import Any
+
+from deploy_kit.config import names
+from deploy_kit.config.site import Host, Site
+from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.render import lmcache_server, monitoring, vllm
+
+SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
+HEAL_UNIT = "/etc/systemd/system/deploykit-lmcache-heal.service"
+HEAL_TIMER = "/etc/systemd/system/deploykit-lmcache-heal.timer"
+RESTART_UNIT = "/etc/systemd/system/deploykit-lmcache-restart.service"
+RESTART_TIMER = "/etc/systemd/system/deploykit-lmcache-restart.timer"
+UNITS = (HEAL_UNIT, HEAL_TIMER, RESTART_UNIT, RESTART_TIMER)
+STATE = "/var/lib/deploykit/lmcache-heal.json"
+# the journal's SYSLOG_IDENTIFIER of every record (journalctl -t deploykit-heal)
+IDENTIFIER = "deploykit-heal"
+# the lease object in the cache bucket; no LMCache key starts with it (cache/keys.py)
+LEASE_KEY = f"{names.LEASE_PREFIX}serving-restart"
+HEAL_INTERVAL_S = 30
+# RGW processes lifecycle in rgw_lifecycle_work_time, 00:00-06:00 by default (deploykit
+# leaves it alone): the restart follows its end
+DEFAULT_CALENDAR = "*-*-* 06:00:00"
+
+
+def applies(host: Host) -> bool:
+    """A serving host whose LMCache has an S3 tier (s3, nixl): a breaker and a record."""
+    return "vllm" in host.groups and host.config.lmcache_mode in ("s3", "nixl")
+
+
+def heal_enabled(host: Host) -> bool:
+    return applies(host) and host.config.lmcache_self_heal
+
+
+def restart_enabled(site: Site, host: Host) -> bool:
+    """No lifecycle expiry (days 0, a site-wide value): nothing expires under a running
+    process."""
+    return applies(host) and host.config.lmcache_scheduled_restart \
+        and site.settings.ceph_rgw_s3_lifecycle_days > 0
+
+
+def calendar(host: Host) -> str:
+    return host.config.lmcache_scheduled_restart_calendar or DEFAULT_CALENDAR
+
+
+def lease_ttl(host: Host) -> int:
+    """Longer than the longest restart the holder may make: every unit one after another,
+    each up to its health timeout. A holder that died leaves a lease the next one takes
+    over after this."""
+    c = host.config
+    return c.vllm_health_timeout * (len(vllm.host_instances(host)) + 1) + 300
+
+
+def agent_config(host: Host) -> dict[str, Any]:
+    """What the script acts on: its units and ports, the words, the S3 profile, the lease."""
+    c = host.config
+    # the units and words `up`'s heal task and verify read (ops/converged.breaker; a test
+    # holds the two equal): the server, else every in-process instance
+    server = PurePosixPath(lmcache_server.UNIT_PATH).stem if c.lmcache_topology == "server" \
+        else None
+    instances = vllm.host_instances(host)
+    return {
+        "host": host.name,
+        "identifier": IDENTIFIER,
+        "breaker_units": [server] if server else [i.unit for i in instances],
+        "breaker_pattern": S3_LOG_PATTERNS["breaker"],
+        "server": server,
+        # CPU: the instances Require= the server, so its restart restarts them (roll.yml)
+        "with_server": vllm.restarts_with_server(host),
+        "instances": [{"unit": i.unit, "port": i.port} for i in instances],
+        "health_timeout": c.vllm_health_timeout,
+        "health_poll": 2,
+        "backoff": c.lmcache_self_heal_backoff * 60,
+        "backoff_cap": c.lmcache_self_heal_backoff * 60 * 16,
+        "lock_wait": max(21600, lease_ttl(host)),  # each waits its turn for the lease
+        "lock_poll": 5,
+        "lease_ttl": lease_ttl(host),
+        "bucket": c.deploykit_s3_bucket,
+        "lease_key": LEASE_KEY,
+        "profile": names.aws_profile(c),
+        "aws_config": names.aws_config_path(c),
+        "aws_credentials": names.credentials_path(c),
+        "tls": bool(c.deploykit_s3_tls),
+        "state": STATE,
+        "local_lock": "/run/deploykit-lmcache-heal.lock",
+        "textfile": f"{monitoring.TEXTFILE_DIR}/deploykit_lmcache_heal.prom",
+    }
+
+
+def render_script(config: dict[str, Any], python: str) -> str:
+    from deploy_kit.render.templating import render_template
+
+    literal = pprint.pformat(config, indent=1, width=96, sort_dicts=True)
+    return render_template("lmcache-heal.py.j2", python=python,
+                           config=literal)
+
+
+def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
+    """path -> (text, mode). A timer is rendered only where it runs: the role enables the
+    ones rendered and stops and disables the others (tasks/self_heal.yml)."""
+    from deploy_kit.render.templating import render_template
+
+    c = host.config
+    config = agent_config(host)
+    # a run may wait its turn, then restart every unit behind its gate (the script keeps
+    # time itself; this only stops a run that hung)
+    timeout = config["lease_ttl"] + config["lock_wait"]
+    files = {
+        SCRIPT: (render_script(config, f"{c.vllm_venv}/bin/python3"), 0o755),
+        HEAL_UNIT: (render_template(
+            "lmcache-heal.service.j2", script=SCRIPT, mode="heal",
+            identifier=IDENTIFIER, timeout=timeout,
+            description="restart an LMCache whose S3 breaker tripped, once S3 answers"), 0o644),
+        HEAL_TIMER: (render_template(
+            "lmcache-heal.timer.j2", interval=f"{HEAL_INTERVAL_S}s",
+            calendar=None, delay=0,
+            description=f"look for a tripped LMCache S3 breaker every {HEAL_INTERVAL_S}s"),
+            0o644),
+        RESTART_UNIT: (render_template(
+            "lmcache-heal.service.j2", script=SCRIPT, mode="restart",
+            identifier=IDENTIFIER, timeout=timeout,
+            description="restart LMCache and vLLM after RGW's lifecycle window, one host of "
+                        "the site at a time"), 0o644),
+        RESTART_TIMER: (render_template(
+            "lmcache-heal.timer.j2", interval=None, calendar=calendar(host),
+            delay=c.lmcache_scheduled_restart_delay,
+            description="restart LMCache after each RGW lifecycle window"), 0o644),
+    }
+    if not heal_enabled(host):
+        del files[HEAL_TIMER]
+    if not restart_enabled(site, host):
+        del files[RESTART_TIMER]
+    return files

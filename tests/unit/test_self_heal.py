@@ -1,0 +1,541 @@
+"""The LMCache agent (render/self_heal.py): the rendered script itself, run against a fake
+systemd (systemctl, journalctl on PATH), a fake S3 (boto3 on PYTHONPATH, holding the lease
+with RGW's If-None-Match semantics) and a real HTTP /health; and what the render writes."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deploy_kit.config.open import open_site
+from deploy_kit.plan.plan import build_plan
+from deploy_kit.render import self_heal
+from deploy_kit.render.files import render_site
+from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
+
+BREAKER = "S3L2Adapter disabled after 3 consecutive connection errors"
+
+SYSTEMCTL = r'''#!/bin/sh
+# show -p ActiveState -p InvocationID UNIT | restart UNIT
+state="$FAKE/units"
+eval unit=\${$#}
+case "$1" in
+show)
+  if [ -f "$state/$unit" ]; then
+    echo ActiveState=active; echo "InvocationID=$(cat "$state/$unit")"
+  else
+    echo ActiveState=inactive; echo InvocationID=
+  fi ;;
+restart)
+  echo "$unit" >> "$FAKE/restarts"
+  [ -f "$FAKE/fail-$unit" ] && exit 1
+  echo "$(cat "$state/$unit" 2>/dev/null)x" > "$state/$unit" ;;
+esac
+'''
+
+JOURNALCTL = r'''#!/bin/sh
+# _SYSTEMD_INVOCATION_ID=ID ... [--after-cursor N]: the lines of $FAKE/journal/ID after line N
+id=""; after=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    _SYSTEMD_INVOCATION_ID=*) id="${1#_SYSTEMD_INVOCATION_ID=}" ;;
+    --after-cursor) shift; after="$1" ;;
+  esac
+  shift
+done
+file="$FAKE/journal/$id"
+[ -f "$file" ] || exit 0
+echo "$after" >> "$FAKE/journal-reads"
+tail -n +$((after + 1)) "$file"
+echo "-- cursor: $(wc -l < "$file" | tr -d ' ')"
+'''
+
+FAKE_BOTO3 = '''
+import json, os
+
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+STORE = os.path.join(os.environ["FAKE"], "s3.json")
+
+
+class Body:
+    def __init__(self, data):
+        self.data = data
+
+    def read(self):
+        return self.data
+
+
+def _error(status, code):
+    return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "op")
+
+
+class Client:
+    def _load(self):
+        if os.path.exists(os.path.join(os.environ["FAKE"], "s3-down")):
+            raise EndpointConnectionError(endpoint_url="https://s3.test")
+        assert os.environ["AWS_CONFIG_FILE"] and os.environ["AWS_SHARED_CREDENTIALS_FILE"]
+        try:
+            with open(STORE) as handle:
+                return json.load(handle)
+        except OSError:
+            return {}
+
+    def _save(self, objects):
+        with open(STORE, "w") as handle:
+            json.dump(objects, handle)
+
+    def get_object(self, Bucket, Key):
+        objects = self._load()
+        if Bucket + "/" + Key not in objects:
+            raise _error(404, "NoSuchKey")
+        return {"Body": Body(objects[Bucket + "/" + Key].encode()), "ETag": '"e"'}
+
+    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):
+        objects = self._load()
+        if IfNoneMatch == "*" and Bucket + "/" + Key in objects:
+            raise _error(412, "PreconditionFailed")
+        objects[Bucket + "/" + Key] = Body.decode()
+        self._save(objects)
+        return {"ETag": '"e"'}
+
+    def list_objects_v2(self, Bucket, Prefix, ContinuationToken=None):
+        keys = sorted(k[len(Bucket) + 1:] for k in self._load() if k.startswith(Bucket + "/"))
+        keys = [k for k in keys if k.startswith(Prefix)]
+        start = int(ContinuationToken or 0)  # two keys a page: the agent must follow pages
+        page = {"Contents": [{"Key": k} for k in keys[start:start + 2]],
+                "IsTruncated": start + 2 < len(keys)}
+        if page["IsTruncated"]:
+            page["NextContinuationToken"] = str(start + 2)
+        return page
+
+
+class session:
+    class Session:
+        def __init__(self, profile_name):
+            assert profile_name == "lmcache"
+
+        def client(self, service, config=None):
+            return Client()
+'''
+
+FAKE_BOTOCORE = {
+    "__init__.py": "",
+    "config.py": "class Config:\n    def __init__(self, **kwargs):\n        self.kwargs = kwargs\n",
+    "exceptions.py": '''
+class BotoCoreError(Exception):
+    pass
+
+
+class EndpointConnectionError(BotoCoreError):
+    def __init__(self, endpoint_url):
+        super().__init__(endpoint_url)
+
+
+class ClientError(Exception):
+    def __init__(self, response, operation):
+        super().__init__(response["Error"]["Code"])
+        self.response = response
+''',
+}
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def health_port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Agent:
+    """The rendered script with its fakes: `units` run (unit -> its journal lines)."""
+
+    def __init__(self, root: Path, config: dict[str, Any]) -> None:
+        self.root = root
+        self.fake = root / "fake"
+        for d in ("units", "journal", "bin", "py/boto3", "py/botocore"):
+            (self.fake / d).mkdir(parents=True, exist_ok=True)
+        for name, text in (("systemctl", SYSTEMCTL), ("journalctl", JOURNALCTL)):
+            path = self.fake / "bin" / name
+            path.write_text(text)
+            path.chmod(0o755)
+        (self.fake / "py/boto3/__init__.py").write_text(FAKE_BOTO3)
+        for name, text in FAKE_BOTOCORE.items():
+            (self.fake / "py/botocore" / name).write_text(text)
+        self.config = {**config, "state": str(root / "state.json"),
+                       "textfile": str(root / "textfile" / "deploykit_lmcache_heal.prom"),
+                       "local_lock": str(root / "lock"), "health_timeout": 3,
+                       "health_poll": 0.1, "lock_poll": 0.1, "lock_wait": 4}
+        self.script = root / "lmcache-heal"
+        self.script.write_text(self_heal.render_script(self.config, sys.executable))
+
+    def runs(self, unit: str, *lines: str) -> None:
+        """`unit` runs a fresh process that logged `lines`."""
+        invocation = f"{unit}-{len(list((self.fake / 'journal').iterdir()))}"
+        (self.fake / "units" / unit).write_text(invocation)
+        (self.fake / "journal" / invocation).write_text("".join(f"{x}\n" for x in lines))
+
+    def logs(self, unit: str, line: str) -> None:
+        invocation = (self.fake / "units" / unit).read_text().strip()
+        with (self.fake / "journal" / invocation).open("a") as handle:
+            handle.write(line + "\n")
+
+    def run(self, mode: str = "heal") -> list[str]:
+        env = {**os.environ, "FAKE": str(self.fake),
+               "PATH": f"{self.fake / 'bin'}:{os.environ['PATH']}",
+               "PYTHONPATH": str(self.fake / "py")}
+        done = subprocess.run([sys.executable, str(self.script), mode], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    def restarts(self) -> list[str]:
+        path = self.fake / "restarts"
+        return path.read_text().split() if path.exists() else []
+
+    def leases(self) -> list[dict[str, Any]]:
+        """Every lease record, oldest first."""
+        path = self.fake / "s3.json"
+        objects = json.loads(path.read_text()) if path.exists() else {}
+        prefix = f"{self.config['bucket']}/{self.config['lease_key']}."
+        return [json.loads(objects[k]) for k in sorted(objects) if k.startswith(prefix)]
+
+    def lease(self) -> dict[str, Any] | None:
+        """The newest lease record; its host holds the lease ('' when free)."""
+        leases = self.leases()
+        return leases[-1] if leases else None
+
+    def hold_lease(self, host: str, expires_in: float, n: int = 7) -> None:
+        """`host` holds lease number n (three older, freed ones beside it)."""
+        import time
+        path = self.fake / "s3.json"
+        objects = json.loads(path.read_text()) if path.exists() else {}
+        for i in range(n - 3, n):
+            objects[f"{self.config['bucket']}/{self.config['lease_key']}.{i:012d}"] = \
+                json.dumps({"host": ""})
+        objects[f"{self.config['bucket']}/{self.config['lease_key']}.{n:012d}"] = json.dumps(
+            {"host": host, "reason": "breaker", "since": 0, "expires": time.time() + expires_in})
+        path.write_text(json.dumps(objects))
+
+    def metrics(self) -> dict[str, float]:
+        text = (self.root / "textfile" / "deploykit_lmcache_heal.prom").read_text()
+        return {m.group(1): float(m.group(2))
+                for m in re.finditer(r"^(\S+) (\S+)$", text, re.M)}
+
+
+def config_of(make_inventory: InventoryFactory, hosts: dict, host: str,
+              **group_vars: dict) -> dict[str, Any]:
+    site = open_site(str(make_inventory(hosts=hosts, **group_vars)))
+    return self_heal.agent_config(site.hosts[host])
+
+
+@pytest.fixture
+def cpu_server(make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> Agent:
+    """A CPU host: the LMCache server and two instances that Require it."""
+    config = config_of(make_inventory, CPU_TWO_INSTANCES, "cpu1")
+    assert config["server"] == "lmcache-server" and config["with_server"]
+    assert config["breaker_units"] == ["lmcache-server"]
+    config["instances"] = [{**i, "port": health_port} for i in config["instances"]]
+    agent = Agent(tmp_path, config)
+    agent.runs("lmcache-server", "started")
+    for instance in config["instances"]:
+        agent.runs(instance["unit"], "serving")
+    return agent
+
+
+def test_a_quiet_host_restarts_nothing_and_reports_zero(cpu_server: Agent) -> None:
+    assert cpu_server.run() == []
+    assert cpu_server.restarts() == [] and cpu_server.lease() is None
+    assert cpu_server.metrics()['deploykit_lmcache_heals_total{reason="breaker"}'] == 0
+
+
+def test_a_tripped_server_restarts_behind_the_lease_and_gate_and_is_recorded(
+        cpu_server: Agent) -> None:
+    cpu_server.logs("lmcache-server", f"2026-12-06T10:00:00 lab3 lmcache: {BREAKER}")
+    out = cpu_server.run()
+    # the server alone: its instances require it and restart with it (roll.yml)
+    assert cpu_server.restarts() == ["lmcache-server"]
+    assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
+    assert "host=cpu1" in out[0] and "units=lmcache-server" in out[0]
+    assert "reason=breaker" in out[1]
+    # lease 1 taken, then freed after the gate (overwritten: the hosts delete nothing)
+    assert [lease["host"] for lease in cpu_server.leases()] == [""]
+    assert cpu_server.lease()["released_by"] == "cpu1"
+    metrics = cpu_server.metrics()
+    assert metrics['deploykit_lmcache_heals_total{reason="breaker"}'] == 1
+    assert metrics['deploykit_lmcache_heal_last_timestamp_seconds{reason="breaker"}'] > 0
+    # the new process logged no breaker: nothing more to do
+    assert cpu_server.run() == [] and cpu_server.restarts() == ["lmcache-server"]
+
+
+def test_the_journal_is_read_from_where_the_last_run_stopped(cpu_server: Agent) -> None:
+    cpu_server.logs("lmcache-server", "one")
+    cpu_server.run()
+    cpu_server.logs("lmcache-server", "two")
+    cpu_server.run()
+    assert (cpu_server.fake / "journal-reads").read_text().split() == ["0", "2"]
+
+
+def test_no_heal_while_s3_does_not_answer_and_one_record_of_the_wait(cpu_server: Agent
+                                                                       ) -> None:
+    cpu_server.logs("lmcache-server", BREAKER)
+    (cpu_server.fake / "s3-down").touch()
+    first, second = cpu_server.run(), cpu_server.run()
+    assert cpu_server.restarts() == []
+    assert len(first) == 1 and first[0].startswith("heal-waiting") and \
+        "reason=s3-unreachable" in first[0], first
+    assert second == []  # the timer asks every 30 s; the journal says it once
+    (cpu_server.fake / "s3-down").unlink()
+    assert cpu_server.run()[0].startswith("heal-start")
+    assert cpu_server.restarts() == ["lmcache-server"]
+
+
+def test_two_hosts_racing_for_one_number_only_one_wins(cpu_server: Agent) -> None:
+    """Both saw number 7 free and create 8: the store refuses the second create (412)."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.hold_lease("", expires_in=0, n=7)
+    key = f"{cpu_server.config['bucket']}/{cpu_server.config['lease_key']}.{8:012d}"
+    path = cpu_server.fake / "s3.json"
+    objects = json.loads(path.read_text())
+    # the other host's create of 8 lands between this one's list and its create
+    other = json.dumps(json.dumps({"host": "other", "expires": 4e9}))
+    fake = cpu_server.fake / "py/boto3/__init__.py"
+    fake.write_text(fake.read_text().replace(
+        "    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):\n"
+        "        objects = self._load()\n",
+        "    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):\n"
+        "        objects = self._load()\n"
+        f"        objects.setdefault({key!r}, {other})\n"
+        "        self._save(objects)\n"))
+    path.write_text(json.dumps(objects))
+    out = cpu_server.run()
+    assert cpu_server.restarts() == [] and "by=other" in out[0], out
+
+
+def test_another_hosts_lease_waits_and_an_expired_one_is_taken_over(cpu_server: Agent
+                                                                      ) -> None:
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.hold_lease("other", expires_in=600)
+    out = cpu_server.run()
+    assert cpu_server.restarts() == [] and "by=other" in out[0], out
+    assert cpu_server.lease()["host"] == "other"
+    cpu_server.hold_lease("other", expires_in=-1)  # its holder died mid-restart
+    out = cpu_server.run()
+    assert [line.split()[0] for line in out] == ["lease-takeover", "heal-start", "heal-done"]
+    assert cpu_server.restarts() == ["lmcache-server"]
+    # the next number was taken (the dead holder's stays as it was) and freed
+    assert [lease["host"] for lease in cpu_server.leases()] == ["", "", "", "other", ""]
+
+
+def test_a_heal_waits_its_turn_for_the_lease(cpu_server: Agent) -> None:
+    """Hosts one outage tripped heal one after another, not a timer tick apart."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.hold_lease("other", expires_in=2)  # freed while this run waits (4 s here)
+    out = cpu_server.run()
+    assert [line.split()[0] for line in out] == ["heal-waiting", "lease-takeover",
+                                                 "heal-start", "heal-done"], out
+    assert cpu_server.restarts() == ["lmcache-server"]
+
+
+def test_backoff_grows_with_repeated_trips(cpu_server: Agent) -> None:
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.run()
+    cpu_server.logs("lmcache-server", BREAKER)  # the new process trips again
+    out = cpu_server.run()
+    assert cpu_server.restarts() == ["lmcache-server"]
+    assert "reason=backoff" in out[0]
+    seconds = int(re.search(r"seconds=(\d+)", out[0]).group(1))
+    assert 590 <= seconds <= 600  # lmcache_self_heal_backoff: 10 minutes
+    # two heals within the cap: the next gap doubles
+    state = json.loads(Path(cpu_server.config["state"]).read_text())
+    state["breaker_heals"] = [state["breaker_heals"][0] - 700, state["breaker_heals"][0] - 650]
+    state.pop("waiting")
+    Path(cpu_server.config["state"]).write_text(json.dumps(state))
+    out = cpu_server.run()
+    assert "reason=backoff" in out[0] and 500 < int(re.search(r"seconds=(\d+)", out[0])
+                                                   .group(1)) <= 1200 - 650
+
+
+def test_an_instance_that_never_answers_keeps_the_lease(make_inventory: InventoryFactory,
+                                                        tmp_path: Path) -> None:
+    config = config_of(make_inventory, CPU_TWO_INSTANCES, "cpu1")
+    config["instances"] = [{**i, "port": dead_port()} for i in config["instances"]]
+    agent = Agent(tmp_path, {**config})
+    agent.runs("lmcache-server", BREAKER)
+    for instance in config["instances"]:
+        agent.runs(instance["unit"], "serving")
+    out = agent.run()
+    assert out[-1].startswith("heal-failed") and "units=vllm,vllm-1" in out[-1], out
+    # no other host goes down while this one is broken (until the lease expires)
+    assert agent.lease()["host"] == "cpu1"
+    assert agent.metrics()['deploykit_lmcache_heal_failures_total{reason="breaker"}'] == 1
+
+
+def inprocess_agent(make_inventory: InventoryFactory, tmp_path: Path, port: int) -> Agent:
+    hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
+        "hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 3,
+                           "vllm_accelerator_count": 3}},
+        "vars": {"vllm_accelerator": "cuda", "lmcache_topology": "inprocess",
+                 "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    config = config_of(make_inventory, hosts, "gpu1")
+    assert config["server"] is None and config["breaker_units"] == ["vllm", "vllm-1", "vllm-2"]
+    config["instances"] = [{**i, "port": port} for i in config["instances"]]
+    agent = Agent(tmp_path, config)
+    for instance in config["instances"]:
+        agent.runs(instance["unit"], "serving")
+    return agent
+
+
+def test_in_process_only_the_tripped_instances_restart(make_inventory: InventoryFactory,
+                                                       tmp_path: Path, health_port: int
+                                                       ) -> None:
+    agent = inprocess_agent(make_inventory, tmp_path, health_port)
+    agent.logs("vllm-1", BREAKER)
+    agent.run()
+    assert agent.restarts() == ["vllm-1"]
+
+
+def test_the_scheduled_restart_rolls_every_running_instance(make_inventory: InventoryFactory,
+                                                            tmp_path: Path, health_port: int
+                                                            ) -> None:
+    agent = inprocess_agent(make_inventory, tmp_path, health_port)
+    (agent.fake / "units" / "vllm-2").unlink()  # stopped: left alone
+    out = agent.run("restart")
+    assert agent.restarts() == ["vllm", "vllm-1"]
+    assert "reason=scheduled" in out[-1]
+    assert agent.metrics()['deploykit_lmcache_heals_total{reason="scheduled"}'] == 1
+    assert agent.metrics()['deploykit_lmcache_heals_total{reason="breaker"}'] == 0
+
+
+def test_the_scheduled_restart_waits_for_the_lease(cpu_server: Agent) -> None:
+    cpu_server.hold_lease("other", expires_in=600)
+    out = cpu_server.run("restart")  # lock_wait 4 s here (hours on a host)
+    assert cpu_server.restarts() == [] and "by=other" in out[0]
+
+
+def test_a_gpu_server_host_restarts_the_server_then_each_instance(
+        make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
+        "hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2,
+                           "vllm_accelerator_count": 2}},
+        "vars": {"vllm_accelerator": "cuda", "lmcache_topology": "server",
+                 "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    config = config_of(make_inventory, hosts, "gpu1")
+    assert config["server"] == "lmcache-server" and not config["with_server"]
+    config["instances"] = [{**i, "port": health_port} for i in config["instances"]]
+    agent = Agent(tmp_path, config)
+    agent.runs("lmcache-server", BREAKER)
+    for instance in config["instances"]:
+        agent.runs(instance["unit"], "serving")
+    agent.run()
+    assert agent.restarts() == ["lmcache-server", "vllm", "vllm-1"]
+
+
+# --- the render ------------------------------------------------------------------------
+
+def rendered(make_inventory: InventoryFactory, **group_vars: dict) -> dict[str, str]:
+    site = open_site(str(make_inventory(hosts=CPU_TWO_INSTANCES, **group_vars)))
+    return {path: f.content for path, f in render_site(site)["cpu1"].items()}
+
+
+def test_both_timers_by_default_the_restart_after_the_lifecycle_window(
+        make_inventory: InventoryFactory) -> None:
+    files = rendered(make_inventory)
+    assert set(self_heal.UNITS) | {self_heal.SCRIPT} <= set(files)
+    timer = files[self_heal.RESTART_TIMER]
+    assert "OnCalendar=*-*-* 06:00:00" in timer and "RandomizedDelaySec=1800" in timer
+    assert "OnUnitInactiveSec=30s" in files[self_heal.HEAL_TIMER]
+    assert "ExecStart=/usr/local/libexec/deploykit/lmcache-heal heal" in \
+        files[self_heal.HEAL_UNIT]
+    assert "SyslogIdentifier=deploykit-heal" in files[self_heal.RESTART_UNIT]
+    assert files[self_heal.SCRIPT].startswith("#!/opt/vllm/bin/python3\n")
+
+
+@pytest.mark.parametrize(("settings", "absent"), [
+    ({"lmcache_self_heal": False}, {self_heal.HEAL_TIMER}),
+    ({"lmcache_scheduled_restart": False}, {self_heal.RESTART_TIMER}),
+])
+def test_an_opt_out_drops_its_timer(make_inventory: InventoryFactory, settings: dict,
+                                    absent: set[str]) -> None:
+    files = rendered(make_inventory, all=settings)
+    assert absent.isdisjoint(files) and set(self_heal.UNITS) - absent <= set(files)
+
+
+def test_no_expiry_no_scheduled_restart(make_inventory: InventoryFactory) -> None:
+    files = rendered(make_inventory, all={"ceph_rgw_s3_lifecycle_days": 0,
+                                          "ceph_rgw_s3_quota_bytes": 1 << 40})
+    assert self_heal.RESTART_TIMER not in files and self_heal.HEAL_TIMER in files
+
+
+def test_a_calendar_of_ones_own(make_inventory: InventoryFactory) -> None:
+    files = rendered(make_inventory, all={"lmcache_scheduled_restart_calendar": "Sun 03:30",
+                                          "lmcache_scheduled_restart_delay": 60})
+    assert "OnCalendar=Sun 03:30\nRandomizedDelaySec=60\n" in files[self_heal.RESTART_TIMER]
+
+
+def test_no_s3_tier_no_agent(make_inventory: InventoryFactory) -> None:
+    files = rendered(make_inventory, all={"lmcache_mode": "dram"})
+    assert self_heal.SCRIPT not in files and set(self_heal.UNITS).isdisjoint(files)
+
+
+@pytest.mark.parametrize("topology", ["server", "inprocess"])
+def test_the_agent_reads_the_units_and_words_up_and_verify_read(
+        make_inventory: InventoryFactory, topology: str) -> None:
+    from deploy_kit.ops import converged
+
+    hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
+        "hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2,
+                           "vllm_accelerator_count": 2}},
+        "vars": {"vllm_accelerator": "cuda", "lmcache_topology": topology,
+                 "vllm_model": "Qwen/Qwen3-8B"}}}}}
+    site = open_site(str(make_inventory(hosts=hosts)))
+    config = self_heal.agent_config(site.hosts["gpu1"])
+    assert (config["breaker_units"], config["breaker_pattern"]) == \
+        converged.breaker(site.hosts["gpu1"])
+
+
+def test_lifecycle_keeps_a_week_by_default() -> None:
+    from deploy_kit.config.models import HostConfig
+    assert HostConfig().ceph_rgw_s3_lifecycle_days >= 7
+
+
+@pytest.mark.parametrize(("settings", "words"), [
+    ({"lmcache_self_heal": False}, "lmcache_self_heal: false (opt-out)"),
+    ({"lmcache_scheduled_restart": False}, "lmcache_scheduled_restart: false with lifecycle"),
+])
+def test_plan_warns_of_an_opt_out(make_inventory: InventoryFactory, settings: dict,
+                                  words: str) -> None:
+    site = open_site(str(make_inventory(hosts=CPU_TWO_INSTANCES, all=settings)))
+    assert any(words in w for w in build_plan(site).warnings)
+    quiet = open_site(str(make_inventory(hosts=CPU_TWO_INSTANCES, all={})))
+    assert not any(w.startswith(("lmcache_self_heal", "lmcache_scheduled"))
+                   for w in build_plan(quiet).warnings)
