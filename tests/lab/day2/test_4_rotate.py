@@ -174,3 +174,8 @@ def test_rotating_the_vllm_api_key_under_load_fails_no_prompt(converged: Lab) ->
             assert models_status(address, old, port) == 401, (name, port)
             assert models_status(address, new, port) == 200, (name, port)
     assert old not in "\n".join(converged.outputs) and new not in "\n".join(converged.outputs)
+    for address in SERVING.values():  # vLLM logs its arguments with the keys redacted
+        found = converged.ssh(address, "journalctl -u 'vllm*' --no-pager > /tmp/dk-j; "
+                                       "grep -cFf - /tmp/dk-j; rm -f /tmp/dk-j; true",
+                              stdin=f"{old}\n{new}\n")
+        assert found.strip() == "0", address
