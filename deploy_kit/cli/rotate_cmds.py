@@ -9,7 +9,9 @@ secrets"). Never prints, logs or passes a value on a command line."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,6 +19,9 @@ from deploy_kit.cli.options import AnsibleOptions, ConnectionOptions, VaultOptio
 from deploy_kit.console import console
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from deploy_kit.config.site import Site
 
 
 class What(StrEnum):
@@ -100,12 +105,13 @@ def _series(version: str) -> tuple[int, int]:
 
 def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
                     connection: ConnectionOptions, yes: bool, lock_wait: float,
-                    finish: bool) -> None:
+                    finish: bool, origins: Callable[[Site], Sequence[Any]]) -> None:
     """Two steps, because the clients are the operator's: (1) a next key is stored and every
     instance restarts accepting both; the operator moves the clients to it; (2) --finish: the
-    next key becomes the only one, and every instance restarts accepting it alone."""
+    next key becomes the only one, and every instance restarts accepting it alone.
+    `origins`: secrets_cmds.origins (where each secret comes from), passed in so that the
+    two command modules do not import each other."""
     from deploy_kit.cli.converge_cmds import run_playbook
-    from deploy_kit.cli.secrets_cmds import origins
     from deploy_kit.config import site_secrets
     from deploy_kit.config.open import open_site
     from deploy_kit.ops import secrets_store

@@ -231,7 +231,7 @@ def secrets_rotate(
                               rotate_owner=not keep_owner_key)
     elif chosen is rotate_cmds.What.vllm_api_key:
         rotate_cmds.rotate_vllm_key(inventory, vault, options, connection, yes, wait_lock,
-                                    finish)
+                                    finish, origins)
     else:
         rotate_cmds.rotate_consul(inventory, vault, options, connection, yes, wait_lock,
                                   chosen)
