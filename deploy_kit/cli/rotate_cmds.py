@@ -167,11 +167,65 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
                         "--finish`")
 
 
+# what `consul-tokens` replaces: every token deploykit's agents hold. Not the management
+# token: every later `up` authenticates with it, and Consul re-creates the bootstrap value
+# from the servers' config (docs/day2.md says how to replace it by hand).
+CONSUL_TOKENS = ("consul_acl_agent_token", "consul_acl_service_token", "consul_acl_dns_token")
+
+
 def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
                   connection: ConnectionOptions, yes: bool, lock_wait: float,
-                  what: What) -> None:
-    raise RotationRefused(
-        f"rotating Consul's {'gossip key' if what is What.gossip else 'ACL tokens'} is not "
-        "automated yet: a plain `up` cannot replace them without breaking or weakening the "
-        "cluster",
-        hint="follow the manual steps in docs/day2.md, \"Rotating secrets\"")
+                  what: What, origins: Callable[[Site], Sequence[Any]],
+                  management: bool = False) -> None:
+    """The new tokens (same rights) or gossip key made valid beside the old ones, every
+    agent moved to them one at a time, then the old ones deleted; the store then holds the
+    new values (begin_rotation/finish_rotation: a re-run of an interrupted rotation resumes
+    with the same next values)."""
+    from deploy_kit.cli.converge_cmds import run_playbook
+    from deploy_kit.config import site_secrets
+    from deploy_kit.config.open import open_site
+    from deploy_kit.ops import secrets_store
+
+    if management:
+        raise RotationRefused(
+            "the Consul management token is not rotated by deploykit: every `up` "
+            "authenticates with it, and the servers' config re-creates its bootstrap value",
+            hint="create a new global-management token, put it in the vault (or the store), "
+                 "run `deploykit up`, then delete the old one (docs/day2.md, Rotating secrets)")
+    gossip = what is What.gossip
+    label = "gossip key" if gossip else "ACL tokens"
+    site = open_site(inventory, vault.secrets())
+    wanted = ("consul_gossip_key",) if gossip else CONSUL_TOKENS
+    used = [n for n in wanted if n in site_secrets.used(site)]
+    if not used:
+        raise RotationRefused(
+            f"this site uses no Consul {label} (Consul agents with "
+            f"{'consul_gossip_encryption' if gossip else 'consul_acl_enabled'} on)",
+            hint="`deploykit secrets list` shows the secrets it uses")
+    owned = [o for o in origins(site) if o.name in used
+             and o.kind in ("vault", "environment", "inventory")]
+    if owned:
+        raise RotationRefused(
+            f"{owned[0].name} comes from {owned[0].kind} {owned[0].where}: deploykit does "
+            "not write it",
+            hint="rotate it with Consul's own commands, then change it there and run "
+                 "`deploykit up` (docs/day2.md, Rotating secrets)")
+    agents = [h.name for h in site.hosts.values() if site_secrets.needs(h, used[0])]
+    confirm(f"rotate the Consul {label} of {site.root}: {len(agents)} agent(s) take the new "
+            f"{'key' if gossip else 'tokens'} one at a time, then the old ones are "
+            f"{'removed' if gossip else 'deleted'}?", yes, options.check)
+    if not options.check:
+        for name in used:
+            secrets_store.begin_rotation(site, name)
+    run_playbook(f"rotate-consul-{'gossip' if gossip else 'tokens'}", "rotate_consul.yml",
+                 inventory, vault, options,
+                 {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}, connection,
+                 lock_wait=lock_wait)
+    if options.check:
+        return
+    for name in used:
+        secrets_store.finish_rotation(site, name)
+    console().print(f"Consul {label} rotated on {len(agents)} agent(s): the old "
+                    f"{'key is removed from every member' if gossip else 'tokens are deleted'}; "
+                    f"the new {'one is' if gossip else 'ones are'} in "
+                    f"{secrets_store.store_path(site)}")

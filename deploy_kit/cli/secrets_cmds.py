@@ -234,4 +234,5 @@ def secrets_rotate(
                                     finish, origins)
     else:
         rotate_cmds.rotate_consul(inventory, vault, options, connection, yes, wait_lock,
-                                  chosen)
+                                  chosen, origins,
+                                  management=what == "consul_acl_management_token")

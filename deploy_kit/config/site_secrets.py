@@ -39,7 +39,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
 GENERATED = tuple(GENERATORS)
 # a rotation under way (`deploykit secrets rotate vllm-api-key`): the key clients move to,
 # accepted beside the current one until the rotation finishes; kept in the store with it
-NEXT = {"vllm_api_key": "vllm_api_key_next"}
+NEXT = {name: f"{name}_next" for name in ("vllm_api_key", "consul_acl_agent_token",
+                                          "consul_acl_service_token", "consul_acl_dns_token",
+                                          "consul_gossip_key")}
 # what a plain `up` cannot roll out after the first one: Consul keeps the bootstrap
 # management token and the gossip keyring it started with, and an agent/service/DNS token
 # `up` replaces stays valid in Consul until removed there (issue 35: rotation)

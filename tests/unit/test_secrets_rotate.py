@@ -7,6 +7,7 @@ a value. The vLLM API key: a next key stored and handed to every run (both accep
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tests.unit.test_secrets_store import fake_runner, stored  # noqa: F401 (the
 from tests.unit.test_vault import encrypt, password_file
 
 Runs = list[dict[str, Any]]
+GOSSIP = base64.b64encode(b"k" * 32).decode()
 
 
 def playbook(run: dict[str, Any]) -> str:
@@ -108,9 +110,8 @@ def test_refusals_touch_nothing(make_inventory: InventoryFactory, tmp_path: Path
     before = tree_digest(root)
     for args, words in ((("nonsense", "--yes"), "rotate one of"),
                         (("s3", "--finish", "--yes"), "--finish"),
-                        (("gossip", "--yes"), "docs/day2.md"),
-                        (("consul-tokens", "--yes"), "ACL tokens"),
-                        (("consul_gossip_key", "--yes"), "gossip key")):
+                        (("consul_acl_management_token", "--yes"), "management token"),
+                        (("gossip",), "--yes")):
         result = rotate(root, tmp_path, *args)
         assert result.returncode == 2 and words in result.stderr, (args, result.stderr)
     assert tree_digest(root) == before and not fake_runner
@@ -145,3 +146,46 @@ def test_a_vllm_that_may_take_one_key_only_is_refused(
     result = rotate(root, tmp_path, "vllm-api-key", "--yes")
     assert result.returncode == 2 and "0.10.2" in result.stderr and "upgrade" in result.stderr
     assert tree_digest(root) == before and not fake_runner
+
+
+@pytest.mark.parametrize(("what", "names"), [
+    ("consul-tokens", ("consul_acl_agent_token", "consul_acl_service_token",
+                       "consul_acl_dns_token")),
+    ("gossip", ("consul_gossip_key",))])
+def test_consul_rotation_hands_both_values_over_then_stores_the_new_ones(
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs,  # noqa: F811
+        what: str, names: tuple[str, ...]) -> None:
+    root = make_inventory()
+    assert run_cli("secrets", "generate", "-i", str(root)).returncode == 0
+    before = stored(root)
+    result = rotate(root, tmp_path, what, "--yes")
+    assert result.returncode == 0, result.stderr
+    (run,) = fake_runner
+    assert playbook(run) == "rotate_consul.yml"
+    kind = "tokens" if what == "consul-tokens" else "gossip"
+    assert f'"deploykit_rotate_consul": "{kind}"' in json.dumps(run["argv"]).replace('\\"', '"')
+    handed = run["content"]["deploykit_generated_secrets"]
+    after = stored(root)
+    for name in names:  # the run had the old and the next value; the store keeps the new
+        assert handed[name] == before[name] and handed[f"{name}_next"] == after[name]
+        assert after[name] != before[name] and f"{name}_next" not in after
+    untouched = set(before) - set(names)
+    assert {k: after[k] for k in untouched} == {k: before[k] for k in untouched}
+    shown = result.stdout + result.stderr + json.dumps(run["argv"])
+    assert not any(before[n] in shown or after[n] in shown for n in names)
+
+
+def test_consul_rotation_is_refused_where_consul_is_not_deploykits(
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
+    off = make_inventory(all={"consul_acl_enabled": False, "consul_gossip_encryption": False})
+    for what, words in (("consul-tokens", "consul_acl_enabled"),
+                        ("gossip", "consul_gossip_encryption")):
+        result = rotate(off, tmp_path, what, "--yes")
+        assert result.returncode == 2 and words in result.stderr, result.stderr
+    vaulted = make_inventory(all={"consul_gossip_key": "{{ vault_gossip }}"}, files={
+        "group_vars/all/vault.yml": encrypt(yaml.safe_dump({"vault_gossip": GOSSIP}))})
+    pw = str(password_file(tmp_path))
+    result = run_cli("secrets", "rotate", "gossip", "--yes", "-i", str(vaulted),
+                     "--vault-password-file", pw)
+    assert result.returncode == 2 and "vault" in result.stderr and "consul" in result.stderr
+    assert not fake_runner
