@@ -212,7 +212,10 @@ def secrets_rotate(
     (docs/day2.md, "Rotating secrets"). s3: a second key for the serving S3 identity, each
     serving host restarted onto it, then the old key deleted (and the bucket owner's key
     replaced). vllm-api-key: every instance accepts both keys; after the clients moved,
-    `--finish` leaves only the new one. Under the site lock, with a run record like `up`;
+    `--finish` leaves only the new one. consul-tokens: new agent, service and DNS tokens
+    with the same rights, set on every agent, then the old ones deleted. gossip: the new
+    key installed on every member and made primary, then the old one removed. Under the
+    site lock, with a run record like `up`;
     asks first unless --yes or --check. A value from the vault or inventory is rotated
     there (the error says how). Never shows a value."""
     from deploy_kit.cli import rotate_cmds
