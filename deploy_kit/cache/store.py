@@ -14,6 +14,7 @@ from datetime import datetime
 from deploy_kit.cache.keys import StoredObject
 from deploy_kit.config.site import Site
 from deploy_kit.core.errors import DeployKitError
+from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.render import tls
 from deploy_kit.transport.hosts import TransportError, run_on
 from deploy_kit.transport.sigv4 import Credentials, request
@@ -43,7 +44,9 @@ def open_bucket(site: Site) -> Bucket:
               f"info --uid {shlex.quote(s.ceph_rgw_s3_user)}")
     try:
         info = json.loads(run_on(site, admin[0], script, timeout=60))
-        key = info["keys"][0]
+        key = current_key(info, s.ceph_rgw_s3_user)  # after a rotation: the new key
+        if key is None:
+            raise KeyError("keys")
     except TransportError as exc:
         raise CacheError(f"cannot read the S3 user {s.ceph_rgw_s3_user}: {exc.message}",
                          hint="is the admin host reachable with the inventory's settings?"

@@ -12,11 +12,19 @@ import typer
 from rich.console import Console
 
 from deploy_kit.cli.options import (
+    AskBecomeOpt,
     AskVaultOpt,
+    BecomeOpt,
+    BecomeUserOpt,
+    CheckOpt,
+    ForksOpt,
     InventoryOpt,
+    PrivateKeyOpt,
+    UserOpt,
     VaultIdOpt,
     VaultOptions,
     VaultPasswordFileOpt,
+    VerboseOpt,
 )
 from deploy_kit.config.site import Site
 from deploy_kit.console import console, data_console, stdout
@@ -179,39 +187,55 @@ def secrets_generate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
 
 
 @secrets_app.command("rotate")
-def secrets_rotate(names: Annotated[list[str], typer.Argument(
-                       metavar="NAME", help="secrets to regenerate (vllm_api_key)")],
-                   inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-                   vault_password_file: VaultPasswordFileOpt = None,
-                   ask_vault_pass: AskVaultOpt = False) -> None:
-    """Regenerate generated secrets in the store; `deploykit up` then rolls them out (vLLM
-    restarts host by host: requests with the old key fail meanwhile; rolling rotation
-    without failed requests is issue 35's work). Values from the inventory or vault are
-    rotated there. Consul's tokens and gossip key are refused: after the ACL bootstrap a
-    plain `up` cannot replace them without breaking or weakening the cluster."""
-    from deploy_kit.config import site_secrets
-    from deploy_kit.ops import secrets_store
+def secrets_rotate(
+        what: Annotated[str, typer.Argument(
+            metavar="WHAT", help="s3 | vllm-api-key | consul-tokens | gossip")],
+        inventory: InventoryOpt, vault_id: VaultIdOpt = None,
+        vault_password_file: VaultPasswordFileOpt = None, ask_vault_pass: AskVaultOpt = False,
+        check: CheckOpt = False, verbose: VerboseOpt = 0, become: BecomeOpt = False,
+        forks: ForksOpt = None, ask_become_pass: AskBecomeOpt = False,
+        become_user: BecomeUserOpt = None, user: UserOpt = None,
+        private_key: PrivateKeyOpt = None,
+        yes: Annotated[bool, typer.Option(
+            "--yes", "-y", help="do not ask before restarting services")] = False,
+        finish: Annotated[bool, typer.Option(
+            "--finish", help="vllm-api-key: end the rotation (the clients use the new key): "
+                             "the old key is refused from then on")] = False,
+        keep_owner_key: Annotated[bool, typer.Option(
+            "--keep-owner-key", help="s3: rotate only the serving identity's key, not the "
+                                     "bucket owner's")] = False,
+        wait_lock: Annotated[float, typer.Option(
+            "--wait-lock", min=0, metavar="SECONDS",
+            help="if another run holds this site's lock, wait up to SECONDS")] = 0.0) -> None:
+    """Replace a secret with no failed request: the new one is accepted beside the old one,
+    rolled to its hosts one at a time behind the health gates, then the old one revoked
+    (docs/day2.md, "Rotating secrets"). s3: a second key for the serving S3 identity, each
+    serving host restarted onto it, then the old key deleted (and the bucket owner's key
+    replaced). vllm-api-key: every instance accepts both keys; after the clients moved,
+    `--finish` leaves only the new one. consul-tokens: new agent, service and DNS tokens
+    with the same rights, set on every agent, then the old ones deleted. gossip: the new
+    key installed on every member and made primary, then the old one removed. Under the
+    site lock, with a run record like `up`;
+    asks first unless --yes or --check. A value from the vault or inventory is rotated
+    there (the error says how). Never shows a value."""
+    from deploy_kit.cli import rotate_cmds
+    from deploy_kit.cli.options import AnsibleOptions, ConnectionOptions
 
-    site = _open(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass))
-    by_name = {o.name: o for o in origins(site)
-               if o.kind in ("vault", "environment", "inventory")}
-    used = site_secrets.used(site)
-    for name in dict.fromkeys(names):
-        if name not in site_secrets.GENERATED:
-            raise SecretRefused(f"{name} is not a secret deploykit generates",
-                                hint="generated: " + ", ".join(site_secrets.GENERATED))
-        if name not in used:
-            raise SecretRefused(f"{name} is not used by this site's settings",
-                                hint="`deploykit secrets list` shows the ones it uses")
-        if name in by_name:
-            raise SecretRefused(f"{name} comes from {by_name[name].kind} "
-                                f"{by_name[name].where}",
-                                hint="rotate it there, then run `deploykit up`")
-        if name in site_secrets.NOT_ROTATABLE:
-            raise SecretRefused(f"{name} cannot be rotated by `deploykit up`: "
-                                f"{site_secrets.NOT_ROTATABLE[name]}",
-                                hint="rotate it with Consul's own API (issue 35 adds this)")
-    secrets_store.rotate(site, list(dict.fromkeys(names)))
-    for name in dict.fromkeys(names):
-        console().print(f"rotated {name} in {secrets_store.store_path(site)}; "
-                        f"`deploykit up -i {site.inventory_source}` rolls it out")
+    chosen = rotate_cmds.parse_what(what)
+    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
+    options = AnsibleOptions.of(check=check, verbose=verbose, become=become, forks=forks)
+    connection = ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
+                                   user=user, private_key=private_key)
+    if finish and chosen is not rotate_cmds.What.vllm_api_key:
+        raise typer.BadParameter("--finish ends a vllm-api-key rotation only",
+                                 param_hint="--finish")
+    if chosen is rotate_cmds.What.s3:
+        rotate_cmds.rotate_s3(inventory, vault, options, connection, yes, wait_lock,
+                              rotate_owner=not keep_owner_key)
+    elif chosen is rotate_cmds.What.vllm_api_key:
+        rotate_cmds.rotate_vllm_key(inventory, vault, options, connection, yes, wait_lock,
+                                    finish, origins)
+    else:
+        rotate_cmds.rotate_consul(inventory, vault, options, connection, yes, wait_lock,
+                                  chosen, origins,
+                                  management=what == "consul_acl_management_token")

@@ -28,6 +28,7 @@ OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_",
                   "vllm_", "monitoring_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
+               "vllm_api_key_next",
                # Consul ACL tokens and gossip key rule the cluster: vault only, like the S3 keys
                "consul_acl_management_token", "consul_acl_agent_token",
                "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
@@ -560,6 +561,9 @@ class HostConfig(BaseModel):
     # the OpenAI API's bearer key, written to a 0600 env file as VLLM_API_KEY (never in argv);
     # from the vault, else generated into <inventory>/.deploykit-secrets/ on the first `up`
     vllm_api_key: SecretStr | None = None
+    # a rotation under way (`deploykit secrets rotate vllm-api-key`): the key the clients
+    # move to, accepted beside vllm_api_key until the rotation finishes (docs/day2.md)
+    vllm_api_key_next: SecretStr | None = None
     # false: serve the OpenAI API without a key when none is set (anyone who reaches the
     # port may read and plant KV in the shared cache): an explicit opt-out `plan` warns about
     vllm_api_key_required: bool = True

@@ -21,12 +21,27 @@ CONSUL_TOKENS = ("consul_acl_management_token", "consul_acl_agent_token",
                  "consul_acl_service_token", "consul_acl_dns_token")
 # Consul wants UUIDs for ACL SecretIDs and 32 random bytes (base64) for the gossip key;
 # vLLM compares the bearer token as a string: 32 random bytes, URL-safe
+
+
+def _api_key() -> str:
+    # never a leading "-": during a rotation vLLM takes both keys as --api-key K1 K2, where
+    # argparse would read such a key as an option (roles/serving/tasks/instances.yml)
+    while (key := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return key
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
-    "vllm_api_key": lambda: secrets.token_urlsafe(32),
+    "vllm_api_key": _api_key,
     **{name: lambda: str(uuid.uuid4()) for name in CONSUL_TOKENS},
     "consul_gossip_key": lambda: base64.b64encode(secrets.token_bytes(32)).decode(),
 }
 GENERATED = tuple(GENERATORS)
+# a rotation under way (`deploykit secrets rotate vllm-api-key`): the key clients move to,
+# accepted beside the current one until the rotation finishes; kept in the store with it
+NEXT = {name: f"{name}_next" for name in ("vllm_api_key", "consul_acl_agent_token",
+                                          "consul_acl_service_token", "consul_acl_dns_token",
+                                          "consul_gossip_key")}
 # what a plain `up` cannot roll out after the first one: Consul keeps the bootstrap
 # management token and the gossip keyring it started with, and an agent/service/DNS token
 # `up` replaces stays valid in Consul until removed there (issue 35: rotation)

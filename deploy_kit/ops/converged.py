@@ -19,7 +19,7 @@ from deploy_kit.ops.upgrade import host_versions
 from deploy_kit.render import consul_tls
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
-from deploy_kit.render.vllm import host_instances, secret_env_path
+from deploy_kit.render.vllm import api_keys_path, host_instances, secret_env_path
 
 # The group whose hosts run each service (the playbooks' host patterns): which of
 # role_paths() and role_units() a host's record watches.
@@ -44,6 +44,7 @@ def role_paths(host: Host) -> dict[str, Any]:
         # secret files the render also names (their content never leaves Ansible)
         "_ceph_rgw_haproxy_stats_env_path": HAPROXY_STATS_ENV_PATH,
         "_vllm_secret_env_path": secret_env_path(host) if c.vllm_uses_api_key else None,
+        "_vllm_api_keys_path": api_keys_path(host) if c.vllm_uses_api_key else None,
         "_ceph_rgw_keyring_paths": {
             name: names.rgw_keyring_path(name)
             for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
@@ -65,6 +66,7 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
                "_consul_tls_pem_path"),
     "dns": ("_coredns_binary_path",),
     "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
+             "_vllm_api_keys_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
              "_vllm_model_staged_marker_path"),
 }

@@ -90,7 +90,15 @@ def read_store(site: Site) -> dict[str, str]:
         raise SecretStoreError(f"{path} holds no `{VARIABLE}` mapping of names to strings",
                                hint="restore it from a backup, or remove it and rotate "
                                     "every generated secret")
-    return {k: v for k, v in values.items() if k in site_secrets.GENERATED}
+    return {k: v for k, v in values.items()
+            if k in site_secrets.GENERATED or k in site_secrets.NEXT.values()}
+
+
+def _with_next(stored: Mapping[str, str], gaps: Sequence[str]) -> dict[str, str]:
+    """The next value of each gap under rotation: every run hands it over, so a plain `up`
+    in the middle of a rotation keeps both keys accepted."""
+    return {site_secrets.NEXT[n]: stored[site_secrets.NEXT[n]] for n in gaps
+            if n in site_secrets.NEXT and site_secrets.NEXT[n] in stored}
 
 
 def not_generated(site: Site) -> list[str]:
@@ -149,7 +157,7 @@ def plan_fill(site: Site) -> Fill:
     missing = tuple(n for n in gaps if n not in stored)
     values = {n: stored[n] for n in gaps if n in stored}
     values |= {n: site_secrets.generate(n) for n in missing}
-    return Fill(values, missing)
+    return Fill(values | _with_next(stored, gaps), missing)
 
 
 def ensure(site: Site) -> Fill:
@@ -163,7 +171,7 @@ def ensure(site: Site) -> Fill:
         if missing:
             stored |= {n: site_secrets.generate(n) for n in missing}
             _write(store_path(site), stored)
-    return Fill({n: stored[n] for n in gaps}, missing)
+    return Fill({n: stored[n] for n in gaps} | _with_next(stored, gaps), missing)
 
 
 def rotate(site: Site, names: Sequence[str]) -> None:
@@ -172,6 +180,32 @@ def rotate(site: Site, names: Sequence[str]) -> None:
         stored = read_store(site)
         stored |= {n: site_secrets.generate(n) for n in names}
         _write(store_path(site), stored)
+
+
+def begin_rotation(site: Site, name: str) -> bool:
+    """Store a next value for `name` (accepted beside the current one until
+    finish_rotation); False when one is stored already (a rotation under way resumes)."""
+    nxt = site_secrets.NEXT[name]
+    with _locked(site):
+        stored = read_store(site)
+        if nxt in stored:
+            return False
+        stored[nxt] = site_secrets.generate(name)
+        _write(store_path(site), stored)
+    return True
+
+
+def finish_rotation(site: Site, name: str) -> bool:
+    """The next value of `name` becomes its value (the old one is forgotten); False when no
+    rotation is under way."""
+    nxt = site_secrets.NEXT[name]
+    with _locked(site):
+        stored = read_store(site)
+        if nxt not in stored:
+            return False
+        stored[name] = stored.pop(nxt)
+        _write(store_path(site), stored)
+    return True
 
 
 @contextmanager

@@ -91,6 +91,8 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
         argv.append("--enable-prefix-caching" if c.vllm_enable_prefix_caching
                     else "--no-enable-prefix-caching")
     argv += ["--kv-transfer-config", _compact_json(kv_transfer_config(host))]
+    if c.vllm_uses_api_key:
+        argv += ["--config", api_keys_path(host)]
     return argv + list(c.vllm_extra_args)
 
 
@@ -132,6 +134,16 @@ def gaudi_env(strategy: str, variable: str, skip_warmup: bool) -> dict[str, str]
 
 def secret_env_path(host: Host) -> str:
     return f"{host.config.lmcache_config_dir}/vllm-secret.env"
+
+
+def api_keys_path(host: Host) -> str:
+    """vLLM's --config file (0600, the vLLM user's), which the role writes: `{}` normally, so
+    vLLM takes its one key from VLLM_API_KEY; during `deploykit secrets rotate vllm-api-key`
+    `api-key: [current, next]`, since only --api-key takes several keys and one passed in
+    argv would be in every `ps` (vLLM 0.32: entrypoints/serve/middleware/register.py: --api-key
+    wins over VLLM_API_KEY; utils/argparse_utils.py load_config_file: a YAML list becomes
+    --api-key K1 K2)."""
+    return f"{host.config.lmcache_config_dir}/vllm-api-keys.yaml"
 
 
 def render_secret_env(host: Host) -> str:

@@ -8,6 +8,9 @@ import json
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.deploykit.kvcache.plugins.module_utils.deploykit_rgw_keys import (
+    current_key,
+)
 
 DOCUMENTATION = r"""
 module: deploykit_rgw_user
@@ -15,10 +18,11 @@ short_description: Create, adopt or remove an RGW user deploykit marks as its ow
 description: >-
   Runs radosgw-admin on this host (the Ceph admin host). present - creates the user with
   the display name "<display_name> [<marker>]" (RGW generates its S3 keys) and returns its
-  first S3 key; a user of that uid whose display name lacks the marker fails the task
-  unless adopt is true (then the marker is added). absent - deletes the buckets listed in
-  purge_buckets that this user owns, with their objects, then the user; a user without the
-  marker (adopt false) is kept and reported. Keys are never logged; use no_log on the task.
+  current S3 key (the newest one deploykit_rgw_key added, else the first); a user of that
+  uid whose display name lacks the marker fails the task unless adopt is true (then the
+  marker is added). absent - deletes the buckets listed in purge_buckets that this user
+  owns, with their objects, then the user; a user without the marker (adopt false) is
+  kept and reported. Keys are never logged; use no_log on the task.
 options:
   uid: {type: str, required: true, description: RGW user id}
   display_name: {type: str, default: "", description: display name before the marker}
@@ -39,7 +43,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-keys: {description: "access_key and secret_key of the user's first S3 key (present)", type: dict}
+keys: {description: "access_key and secret_key of the user's current S3 key (present)", type: dict}
 marked: {description: whether the user carries the marker (before any change), type: bool}
 kept: {description: "absent: what was left in place and why", type: list}
 """
@@ -60,13 +64,6 @@ class Admin:
             self.module.fail_json(msg=f"radosgw-admin {' '.join(args[:2])} failed (rc {rc}): "
                                       f"{err.strip()[-300:]}")
         return json.loads(out) if out.strip() else {}
-
-
-def first_s3_key(info: dict[str, Any], uid: str) -> dict[str, str] | None:
-    for key in info.get("keys", []):
-        if key.get("user") == uid:
-            return {"access_key": key["access_key"], "secret_key": key["secret_key"]}
-    return None
 
 
 def absent(module: AnsibleModule, admin: Admin, info: dict[str, Any] | None,
@@ -125,7 +122,7 @@ def main() -> None:
         if p["max_buckets"] is not None:
             args += ["--max-buckets", str(p["max_buckets"])]
         info = admin.run(*args) or {}
-        module.exit_json(changed=True, marked=False, keys=first_s3_key(info, p["uid"]))
+        module.exit_json(changed=True, marked=False, keys=current_key(info, p["uid"]))
     if not marked and not p["adopt"]:
         module.fail_json(
             msg=f"RGW user {p['uid']} exists and deploykit did not create it (display name "
@@ -139,7 +136,7 @@ def main() -> None:
         modify += ["--max-buckets", str(p["max_buckets"])]
     if modify and not module.check_mode:
         info = admin.run("user", "modify", "--uid", p["uid"], *modify) or info
-    module.exit_json(changed=bool(modify), marked=marked, keys=first_s3_key(info, p["uid"]))
+    module.exit_json(changed=bool(modify), marked=marked, keys=current_key(info, p["uid"]))
 
 
 if __name__ == "__main__":

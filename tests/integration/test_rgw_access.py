@@ -218,6 +218,41 @@ def test_what_deploykit_did_not_create_is_neither_adopted_nor_deleted(
     assert user(conf, BUCKET)["display_name"].endswith(f"[{MARK}]")  # type: ignore[index]
 
 
+def test_a_rotated_key_is_valid_beside_the_old_until_the_old_is_pruned(
+        loopback: Loopback) -> None:  # noqa: F811
+    """`deploykit secrets rotate s3`'s steps on a real radosgw (a user of its own, so the
+    identities above keep their keys): added - a second key, current for every reader, both
+    signing; pruned - only the new one; the old one is refused as RGW refuses a key it
+    does not know (InvalidAccessKeyId)."""
+    conf, uid = loopback.conf, "dk-rotate"
+
+    def list_buckets(key: dict[str, str]) -> tuple[int, bytes]:
+        return request(ADDRESS, PORT, "GET", "/", FQDN, "default",
+                       Credentials(key["access_key"], key["secret_key"]))
+
+    old = ansible_module("deploykit_rgw_user", owner_args(conf, uid))["keys"]
+    try:
+        assert list_buckets(old)[0] == 200
+        added = ansible_module("deploykit_rgw_key", {"conf": str(conf), "uid": uid,
+                                                     "state": "added"})
+        new = added["key"]
+        assert added["changed"] and added["others"] == 1 and new["access_key"] != old["access_key"]
+        assert list_buckets(old)[0] == 200 and list_buckets(new)[0] == 200  # both valid
+        # every reader takes the new key: the user module (`up`'s storage play) too
+        assert ansible_module("deploykit_rgw_user", owner_args(conf, uid))["keys"] == new
+        assert not ansible_module("deploykit_rgw_key", {"conf": str(conf), "uid": uid,
+                                                        "state": "added"})["changed"]
+        pruned = ansible_module("deploykit_rgw_key", {"conf": str(conf), "uid": uid,
+                                                      "state": "pruned"})
+        assert pruned["removed"] == 1
+        status, body = list_buckets(old)
+        assert status == 403 and b"InvalidAccessKeyId" in body, (status, body[:300])
+        assert list_buckets(new)[0] == 200
+        assert [k["access_key"] for k in user(conf, uid)["keys"]] == [new["access_key"]]  # type: ignore[index]
+    finally:
+        admin(conf, "user", "rm", "--uid", uid)
+
+
 def test_destroy_deletes_only_the_marked(loopback: Loopback,  # noqa: F811
                                          identities: dict[str, Credentials]) -> None:
     conf = loopback.conf

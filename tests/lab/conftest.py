@@ -131,7 +131,10 @@ def s3_round_trip(lab: Lab, client: str, size: int, tls: bool = False) -> dict:
     info = json.loads(subprocess.run(
         ["radosgw-admin", "--conf", CEPH_CONF, "user", "info", "--uid", "lmcache"],
         check=True, capture_output=True, text=True).stdout)
-    key = info["keys"][0]
+    from deploy_kit.core.rgw_keys import current_key
+
+    key = current_key(info, "lmcache")  # the newest after `secrets rotate s3`
+    assert key is not None
     script = (Path(__file__).parent / "sigv4_stdlib.py").read_text() + "\n" + \
         (Path(__file__).parent / "s3_client.py").read_text()
     for placeholder, value in {"__ACCESS__": key["access_key"], "__SECRET__": key["secret_key"],

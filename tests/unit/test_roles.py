@@ -169,7 +169,7 @@ def test_one_serving_role_keeps_the_phase_tags_of_the_three_it_replaced() -> Non
     tasks = "\n".join(p.read_text() for p in sorted((role / "tasks").glob("*.yml")))
     assert set(re.findall(r"^\s+notify: (.+)$", tasks, re.M)) == {"serving restart"}
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
-    assert set(specs["argument_specs"]) == {"main", "roll", "destroy"}
+    assert set(specs["argument_specs"]) == {"main", "roll", "destroy", "rotate_credentials"}
 
 
 def test_the_rendered_instances_carry_what_the_serving_role_reads() -> None:

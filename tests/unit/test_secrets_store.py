@@ -219,27 +219,3 @@ def test_up_generates_hands_over_only_the_gaps_and_prints_no_value(
     assert not any(v in listed.stdout for v in [*values.values(), VAULT_KEY])
 
 
-def test_rotate_renews_generated_secrets_and_refuses_the_rest(
-        make_inventory: InventoryFactory, tmp_path: Path) -> None:
-    root = make_inventory(vllm={"vllm_api_key_required": False})
-    assert run_cli("secrets", "generate", "-i", str(root)).returncode == 0
-    first = stored(root)
-    assert "vllm_api_key" not in first  # opted out: nothing to generate
-    refused = run_cli("secrets", "rotate", "consul_gossip_key", "-i", str(root))
-    assert refused.returncode == 2 and "keyring" in refused.stderr
-    refused = run_cli("secrets", "rotate", "vllm_api_key", "-i", str(root))
-    assert refused.returncode == 2 and "not used" in refused.stderr
-    assert stored(root) == first
-
-
-def test_rotate_renews_one_generated_secret(make_inventory: InventoryFactory) -> None:
-    root2 = make_inventory()
-    assert run_cli("secrets", "generate", "-i", str(root2)).returncode == 0
-    before = stored(root2)
-    rotated = run_cli("secrets", "rotate", "vllm_api_key", "-i", str(root2))
-    assert rotated.returncode == 0 and "deploykit up" in rotated.stderr
-    after = stored(root2)
-    assert after["vllm_api_key"] != before["vllm_api_key"]
-    assert {k: v for k, v in after.items() if k != "vllm_api_key"} == \
-        {k: v for k, v in before.items() if k != "vllm_api_key"}
-    assert before["vllm_api_key"] not in rotated.stdout + rotated.stderr
