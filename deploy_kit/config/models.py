@@ -575,6 +575,9 @@ class HostConfig(BaseModel):
     # cpu hosts: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; it lives in /dev/shm)
     vllm_cpu_kvcache_space: int = Field(default=1, ge=1, le=4096)
     vllm_enforce_eager: bool = False  # no torch.compile/graphs: starts in ~35 s on CPU, not ~150
+    # seconds a stopping vLLM lets its in-flight requests finish (--shutdown-timeout, vLLM
+    # 0.18+); 0: vLLM's default, abort them. The unit's TimeoutStopSec is this plus 60 s
+    vllm_shutdown_timeout: int = Field(default=60, ge=0, le=3600)
     vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
 
     # --- monitoring: Prometheus targets, alert rules and a dashboard (render tree

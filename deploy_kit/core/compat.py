@@ -63,6 +63,8 @@ class VLLMCompat:
     topologies: dict[str, list[str]] | None = None  # accelerator -> LMCache topologies
     system_packages: dict[str, list[str]] | None = None  # accelerator -> Debian packages
     torch: str | None = None  # the torch major.minor this vLLM pins
+    # `--shutdown-timeout N` drains in-flight requests on SIGTERM (vLLM PR #34730, 0.18+)
+    shutdown_timeout: bool = False
 
     def env_for(self, accelerator: str) -> dict[str, str]:
         return dict((self.accelerator_env or {}).get(accelerator, {}))
@@ -208,6 +210,7 @@ def vllm(version: str) -> VLLMCompat:
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         system_packages={k: list(v) for k, v in (e.get("system_packages") or {}).items()},
         torch=None if e.get("torch") is None else str(e["torch"]),
+        shutdown_timeout=bool(e.get("shutdown_timeout", False)),
     )
 
 

@@ -104,6 +104,8 @@ def agent_config(host: Host) -> dict[str, Any]:
         "backoff_cap": c.lmcache_self_heal_backoff * 60 * 16,
         "lock_wait": max(21600, lease_ttl(host)),  # each waits its turn for the lease
         "lock_poll": 5,
+        # a tripped host asks S3 every lock_poll for this long in one run (then the timer)
+        "outage_wait": 600,
         "lease_ttl": lease_ttl(host),
         "bucket": c.deploykit_s3_bucket,
         "lease_key": LEASE_KEY,

@@ -87,6 +87,9 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
         argv += ["--served-model-name", c.served_model_name]
     if c.vllm_enforce_eager:
         argv.append("--enforce-eager")
+    if table.shutdown_timeout and c.vllm_shutdown_timeout:
+        # a restart (roll, heal, upgrade) lets open requests finish instead of failing them
+        argv += ["--shutdown-timeout", str(c.vllm_shutdown_timeout)]
     if c.vllm_enable_prefix_caching is not None:
         argv.append("--enable-prefix-caching" if c.vllm_enable_prefix_caching
                     else "--no-enable-prefix-caching")
@@ -167,6 +170,13 @@ def restarts_with_server(host: Host) -> bool:
     return c.lmcache_topology == "server" and c.vllm_accelerator == "cpu"
 
 
+def stop_timeout(host: Host) -> int:
+    """systemd's TimeoutStopSec: the drain vLLM is given, plus a minute to tear down."""
+    drain = host.config.vllm_shutdown_timeout \
+        if compat.vllm(host.config.vllm_version).shutdown_timeout else 0
+    return drain + 60 if drain else 120
+
+
 def render_unit(host: Host, instance: Instance) -> str:
     c = host.config
     env_files = [names.vllm_env_path(c, instance.unit)]
@@ -179,4 +189,5 @@ def render_unit(host: Host, instance: Instance) -> str:
                            requires_server=restarts_with_server(host),
                            cpu=c.vllm_accelerator == "cpu",
                            groups=table.groups_for(c.vllm_accelerator or "cuda"),
+                           stop_timeout=stop_timeout(host),
                            exec_start=exec_start(exec_lines(vllm_argv(host, instance))))

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 from deploy_kit.config.open import open_site
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
 from deploy_kit.render.files import render_site
+from deploy_kit.verify.probes.serving_probe import exec_argv
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
 
 
 def _argv_port(unit: str) -> int:
-    start = unit.index("ExecStart=")
-    words = shlex.split(unit[start + len("ExecStart="):].split("\n\n")[0].replace("\\\n", " "))
+    words = exec_argv(unit)  # what verify reads
     return int(words[words.index("--port") + 1])
 
 

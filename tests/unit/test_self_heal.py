@@ -194,7 +194,8 @@ class Agent:
         self.config = {**config, "state": str(root / "state.json"),
                        "textfile": str(root / "textfile" / "deploykit_lmcache_heal.prom"),
                        "local_lock": str(root / "lock"), "health_timeout": 3,
-                       "health_poll": 0.1, "lock_poll": 0.1, "lock_wait": 4}
+                       "health_poll": 0.1, "lock_poll": 0.1, "lock_wait": 4,
+                       "outage_wait": 0.3}
         self.script = root / "lmcache-heal"
         self.script.write_text(self_heal.render_script(self.config, sys.executable))
 
@@ -316,6 +317,21 @@ def test_no_heal_while_s3_does_not_answer_and_one_record_of_the_wait(cpu_server:
     assert second == []  # the timer asks every 30 s; the journal says it once
     (cpu_server.fake / "s3-down").unlink()
     assert cpu_server.run()[0].startswith("heal-start")
+    assert cpu_server.restarts() == ["lmcache-server"]
+
+
+def test_a_tripped_host_heals_in_the_run_that_sees_storage_come_back(cpu_server: Agent
+                                                                     ) -> None:
+    """The run polls S3 (lock_poll) for up to outage_wait instead of leaving a tripped host
+    to the next tick: storage back mid-run, the same run heals."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    down = cpu_server.fake / "s3-down"
+    down.touch()
+    cpu_server.config["outage_wait"] = 30
+    cpu_server.script.write_text(self_heal.render_script(cpu_server.config, sys.executable))
+    threading.Timer(1.0, down.unlink).start()
+    out = cpu_server.run()
+    assert [line.split()[0] for line in out] == ["heal-waiting", "heal-start", "heal-done"], out
     assert cpu_server.restarts() == ["lmcache-server"]
 
 

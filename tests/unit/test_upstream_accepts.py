@@ -119,6 +119,30 @@ def test_rope_theta_unknown_is_a_problem_and_legacy_keeps_the_flag(
     assert "--rope-scaling" in argv and "--hf-overrides" not in argv
 
 
+def test_a_stopping_vllm_drains_its_requests_where_the_flag_exists(
+        make_inventory: InventoryFactory) -> None:
+    """--shutdown-timeout (vLLM 0.18+): SIGTERM lets open requests finish; systemd waits
+    that long plus the teardown. Series before it, or 0, keep vLLM's abort."""
+    from deploy_kit.render.vllm import host_instances, render_unit
+
+    def rendered(**all_vars: object) -> tuple[list[str], str]:
+        host = _site(make_inventory, **all_vars).hosts["gpu1"]
+        return vllm_argv(host), render_unit(host, host_instances(host)[0])
+
+    argv, unit = rendered()
+    assert argv[argv.index("--shutdown-timeout") + 1] == "60"
+    assert "\nTimeoutStopSec=120\n" in unit
+    argv, unit = rendered(vllm_shutdown_timeout=300)
+    assert argv[argv.index("--shutdown-timeout") + 1] == "300"
+    assert "\nTimeoutStopSec=360\n" in unit
+    for off in ({"vllm_shutdown_timeout": 0},
+                {"vllm_version": "0.10.2", "vllm_max_model_len": 32768}):
+        argv, unit = rendered(**off)
+        assert "--shutdown-timeout" not in argv and "\nTimeoutStopSec=120\n" in unit
+    assert not compat.vllm("0.10.2").shutdown_timeout
+    assert all(compat.vllm(v).shutdown_timeout for v in ("0.26.0", "0.32.0", "0.33.0", "0.34.0"))
+
+
 def test_served_model_name_and_api_key_never_in_argv(make_inventory: InventoryFactory) -> None:
     inv = make_inventory(BASE_HOSTS, all={"vllm_served_model_name": "qwen",
                                           "vllm_api_key": "{{ vault_vllm_api_key }}"},

@@ -9,14 +9,23 @@ went up, and no prompt failed for a client that balances as a load balancer does
 What "no failed request" means here: a host whose LMCache restarts cannot serve for the
 restart (on CPU hosts its instances restart with the server), so the client below does
 what a balancer in front of vLLM replicas does: it sends only to replicas whose /health
-answers, and a request the replica refused before reading it (connection refused) goes to
-the next replica (nginx's proxy_next_upstream error, HAProxy's redispatch). A request a
-replica accepted and then failed counts as failed. The lease keeps the other host up.
+answers, and a request that got no response at all goes to the next replica: refused
+(nginx's proxy_next_upstream error, HAProxy's redispatch), or closed with no status line
+(HAProxy's `retry-on empty-response`; vLLM 0.32 leaves a request accepted after its engine
+stopped unanswered until vllm.service's ExecStop kills the API server), or answered 5xx
+(HAProxy's `retry-on 500 502 503 504`: a stopping vLLM answers 500 to a request its engine
+refuses) -- and each 5xx is asserted to come from a replica inside its own restart. Any
+other answer that is not a completion counts as failed. The lease keeps the other host up.
+
+The client pauses PAUSE_S after each answer: the lab's four hosts share two cores, and a
+closed-loop client kept them busy enough that a restarting vLLM took 136 s to reach its
+model load (35 s quiet); a GPU fleet's restart does not compete with serving for the CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import random
 import threading
@@ -26,15 +35,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.conftest import LAB_INVENTORY, Lab
+from tests.lab.conftest import LAB_INVENTORY, Lab, lab_model
 from tests.lab.load import FreshPrompts
-from tests.lab.vllm_http import SERVING, complete, get
+from tests.lab.vllm_http import SERVING, complete, get, headers
 
 pytestmark = pytest.mark.lab
 
 GATEWAYS = ("10.99.0.11", "10.99.0.12")
 BREAKER = "S3L2Adapter disabled after"
 HEAL_WITHIN_S = 300  # the issue's done-when: five minutes
+PAUSE_S = 2.0  # after each answered prompt (see above)
 TEXTFILE = "/var/lib/prometheus/node-exporter/deploykit_lmcache_heal.prom"
 TIMINGS = Path("/tmp/deploykit-lab-self-heal.json")  # the numbers docs/day2.md reports
 
@@ -58,6 +68,8 @@ class BalancedPrompts(FreshPrompts):
         self.replicas = replicas()
         self.skipped = 0  # sends a /health failure kept from a replica
         self.redispatched = 0
+        self.empty = 0  # of them, closed with no status line
+        self.answered_5xx: list[tuple[float, str, int]] = []  # of them, (time, host, status)
 
     def run(self) -> None:
         turn = 0
@@ -69,20 +81,47 @@ class BalancedPrompts(FreshPrompts):
                     self.skipped += 1
                     continue
                 try:
-                    complete(address, tokens, port)
-                    self.sent += 1
+                    answer = send(address, port, tokens)
+                except urllib.error.HTTPError as exc:
+                    if exc.code >= 500:  # retry-on 500 502 503 504: asserted to fall in
+                        self.answered_5xx.append((time.time(), host, exc.code))  # a restart
+                        self.redispatched += 1
+                        continue
+                    self.errors.append(f"{host}:{port}: {exc}")
                 except urllib.error.URLError as exc:
                     if isinstance(exc.reason, ConnectionRefusedError):
                         self.redispatched += 1
                         continue
                     self.errors.append(f"{host}:{port}: {exc}")
+                except (http.client.RemoteDisconnected, ConnectionResetError):
+                    self.redispatched += 1  # no status line: nothing was answered
+                    self.empty += 1
+                    continue
                 except OSError as exc:
                     self.errors.append(f"{host}:{port}: {exc}")
+                else:
+                    try:
+                        json.loads(answer.read())["choices"][0]["text"]
+                        self.sent += 1
+                    except (OSError, ValueError, KeyError, IndexError) as exc:
+                        self.errors.append(f"{host}:{port}: after the status line: {exc!r}")
+                    time.sleep(PAUSE_S)
                 break
             else:
                 time.sleep(0.5)  # no replica healthy: a balancer answers 503 (counted below)
                 self.errors.append("no healthy replica")
             turn += 1
+
+
+def send(address: str, port: int, tokens: list[int]) -> http.client.HTTPResponse:
+    """POST a completion; returns once the status line is in (the body is read after)."""
+    body = json.dumps({"model": lab_model().name, "prompt": tokens, "max_tokens": 4,
+                       "temperature": 0}).encode()
+    request = urllib.request.Request(f"http://{address}:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json",
+                                              **headers(address)})
+    answer: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=300)
+    return answer
 
 
 def tripped(lab: Lab, address: str) -> bool:
@@ -184,6 +223,7 @@ def test_a_storage_outage_trips_the_breaker_and_the_site_heals_itself(converged:
     assert first[1] <= second[0], spans
 
     assert load.errors == [], load.errors[:10]
+    assert_5xx_only_while_restarting(load, spans)
     assert load.sent > 0
     TIMINGS.write_text(json.dumps({
         "outage_s": round(outage_s, 1),
@@ -192,7 +232,8 @@ def test_a_storage_outage_trips_the_breaker_and_the_site_heals_itself(converged:
                          "restart_and_gate_s": round(e - s, 1)}
                   for name, (s, e) in spans.items()},
         "prompts": {"answered": load.sent, "failed": len(load.errors),
-                    "skipped_unhealthy": load.skipped, "redispatched": load.redispatched},
+                    "skipped_unhealthy": load.skipped, "redispatched": load.redispatched,
+                    "closed_unanswered": load.empty, "answered_5xx": len(load.answered_5xx)},
     }, indent=2))
     print(TIMINGS.read_text())
 
@@ -222,6 +263,7 @@ def test_the_scheduled_restart_rolls_the_site_one_host_at_a_time(converged: Lab)
     first, second = sorted(spans.values())
     assert first[1] <= second[0], spans
     assert load.errors == [], load.errors[:10]
+    assert_5xx_only_while_restarting(load, spans)
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
     timings["scheduled_restart"] = {
         "site_rolled_s": round(max(e for _, e in spans.values()) - started, 1),
@@ -230,6 +272,15 @@ def test_the_scheduled_restart_rolls_the_site_one_host_at_a_time(converged: Lab)
                     "skipped_unhealthy": load.skipped, "redispatched": load.redispatched}}
     TIMINGS.write_text(json.dumps(timings, indent=2))
     print(TIMINGS.read_text())
+
+
+def assert_5xx_only_while_restarting(load: BalancedPrompts,
+                                     spans: dict[str, tuple[float, float]]) -> None:
+    """A 5xx the client sent elsewhere came from a replica of a host inside its restart's
+    [start, done] (journal times, a second either side), never from one serving."""
+    outside = [(round(at, 1), host, code) for at, host, code in load.answered_5xx
+               if not spans[host][0] - 1 <= at <= spans[host][1] + 1]
+    assert not outside, (outside, spans)
 
 
 def _quietly(address: str, rng: random.Random) -> None:
