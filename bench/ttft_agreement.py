@@ -65,6 +65,7 @@ def main() -> None:
         "bench_cold_s": bench["cold"]["ttft_s"],
         "client_other_host_hit_median_s": theirs,
         "client_cold_median_s": client["cold_median_s"],
+        "client_prompt_tokens": client.get("prompt_tokens"),
         "ratio_bench_vs_client": round(ours / theirs, 2), "target_ratio": 1.5}, indent=2))
 
 
