@@ -42,7 +42,7 @@ def sim_address(index: int) -> str:
     return f"127.0.{1 + index // 250}.{1 + index % 250}"
 
 
-def start_sshd(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_sshd(workdir: Path) -> tuple[list[subprocess.Popen[bytes]], int]:
     import socket
 
     from deploykit_lab.system import ensure_packages
@@ -58,15 +58,22 @@ def start_sshd(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     keys = workdir / "authorized_keys"
     keys.write_text(LAB_KEY.with_suffix(".pub").read_text())
     Path("/run/sshd").mkdir(exist_ok=True)
-    listen = [arg for i in range(SIMULATED) for arg in ("-o", f"ListenAddress={sim_address(i)}")]
-    proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-p", str(port), *listen,
-                             "-o", f"HostKey={host_key}", "-o",
-                             f"AuthorizedKeysFile={keys}", "-o", "StrictModes=no", "-o",
-                             "PasswordAuthentication=no", "-o", "MaxStartups=400", "-o",
-                             "MaxSessions=400", "-o", f"PidFile={workdir}/sshd.pid"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # one sshd listens on at most 16 sockets (OpenSSH's MAX_LISTEN_SOCKS: "Too many listen
+    # sockets. Enlarge MAX_LISTEN_SOCKS" with 17 or more, Debian 12's 9.2): one per 16
+    procs = []
+    for first in range(0, SIMULATED, 16):
+        listen = [arg for i in range(first, min(first + 16, SIMULATED))
+                  for arg in ("-o", f"ListenAddress={sim_address(i)}")]
+        procs.append(subprocess.Popen(
+            ["/usr/sbin/sshd", "-D", "-e", "-p", str(port), *listen,
+             "-o", f"HostKey={host_key}", "-o", f"AuthorizedKeysFile={keys}",
+             "-o", "StrictModes=no", "-o", "PasswordAuthentication=no",
+             "-o", "MaxStartups=400", "-o", "MaxSessions=400",
+             "-o", f"PidFile={workdir}/sshd-{first}.pid"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1)
-    return proc, port
+    assert all(p.poll() is None for p in procs), "an sshd for the simulated hosts exited"
+    return procs, port
 
 
 def simulated_inventory(workdir: Path, port: int) -> Path:
@@ -113,14 +120,15 @@ def main() -> None:
     result["up_second_idempotent_seconds"] = round(deploykit("up", "-i", "lab"), 1)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        sshd, port = start_sshd(workdir)
+        sshds, port = start_sshd(workdir)
         try:
             inventory = simulated_inventory(workdir, port)
             ping = timed_ping(inventory, FORKS)
             verify, n = timed_verify(inventory, FORKS)
         finally:
-            sshd.terminate()
-            sshd.wait()
+            for sshd in sshds:
+                sshd.terminate()
+                sshd.wait()
     result["verify_simulated"] = {
         "serving_hosts": SIMULATED + 2, "forks": FORKS, "findings": n,
         "verify_seconds": round(verify, 2), "ansible_ping_seconds": round(ping, 2),
