@@ -87,9 +87,9 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
         argv += ["--served-model-name", c.served_model_name]
     if c.vllm_enforce_eager:
         argv.append("--enforce-eager")
-    if table.shutdown_timeout and c.vllm_shutdown_timeout:
+    if drain := drain_seconds(host):
         # a restart (roll, heal, upgrade) lets open requests finish instead of failing them
-        argv += ["--shutdown-timeout", str(c.vllm_shutdown_timeout)]
+        argv += ["--shutdown-timeout", str(drain)]
     if c.vllm_enable_prefix_caching is not None:
         argv.append("--enable-prefix-caching" if c.vllm_enable_prefix_caching
                     else "--no-enable-prefix-caching")
@@ -170,10 +170,15 @@ def restarts_with_server(host: Host) -> bool:
     return c.lmcache_topology == "server" and c.vllm_accelerator == "cpu"
 
 
+def drain_seconds(host: Host) -> int:
+    """--shutdown-timeout: 0 where the series has no such flag or the site turned it off."""
+    c = host.config
+    return c.vllm_shutdown_timeout if compat.vllm(c.vllm_version).shutdown_timeout else 0
+
+
 def stop_timeout(host: Host) -> int:
     """systemd's TimeoutStopSec: the drain vLLM is given, plus a minute to tear down."""
-    drain = host.config.vllm_shutdown_timeout \
-        if compat.vllm(host.config.vllm_version).shutdown_timeout else 0
+    drain = drain_seconds(host)
     return drain + 60 if drain else 120
 
 
@@ -189,5 +194,5 @@ def render_unit(host: Host, instance: Instance) -> str:
                            requires_server=restarts_with_server(host),
                            cpu=c.vllm_accelerator == "cpu",
                            groups=table.groups_for(c.vllm_accelerator or "cuda"),
-                           stop_timeout=stop_timeout(host),
+                           stop_timeout=stop_timeout(host), drain=drain_seconds(host),
                            exec_start=exec_start(exec_lines(vllm_argv(host, instance))))

@@ -139,6 +139,7 @@ def test_a_stopping_vllm_drains_its_requests_where_the_flag_exists(
                 {"vllm_version": "0.10.2", "vllm_max_model_len": 32768}):
         argv, unit = rendered(**off)
         assert "--shutdown-timeout" not in argv and "\nTimeoutStopSec=120\n" in unit
+        assert "\nExecStop=" not in unit  # the stop helper only where vLLM drains
     assert not compat.vllm("0.10.2").shutdown_timeout
     assert all(compat.vllm(v).shutdown_timeout for v in ("0.26.0", "0.32.0", "0.33.0", "0.34.0"))
 
