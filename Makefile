@@ -29,16 +29,19 @@ lab-down: install
 ## Tier 1, what CI runs: lint, unit, checks, loopback integration, and one lab session
 ## (tests/lab/core: the serving profile) driven through the installed wheel (DEPLOYKIT_CLI,
 ## wheel-venv). The lab's downloads and Go builds start first, in the background, beside
-## lint and the unit tests (root only; without root the lab skips).
+## lint and the unit tests (root only; without root the lab skips). The unit and check
+## tests run on every core (pytest-xdist); integration and the lab share daemons and
+## ports, so they run one at a time.
 test: install lab-prefetch-background lint wheel-venv
+	$(BIN)/pytest -n auto tests/unit tests/checks
 	DEPLOYKIT_CLI=$(INSTALLED)/bin/deploykit \
-	  $(BIN)/pytest tests/unit tests/checks tests/integration tests/lab/core
+	  $(BIN)/pytest tests/integration tests/lab/core
 
 ## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
 test-lab: install
 	rm -f runs/lab-prefetch.*
-	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/day2 tests/lab/secured tests/lab/ansible \
-	  tests/lab/failover tests/lab/monitoring
+	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
+	  tests/lab/ansible tests/lab/failover tests/lab/monitoring
 
 lab-prefetch-background: install
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -48,7 +51,7 @@ lab-prefetch-background: install
 	  echo "lab prefetch started in the background (runs/lab-prefetch.log)"; fi
 
 unit: install
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -n auto tests/unit
 
 lint: install
 	$(BIN)/ruff check deploy_kit deploykit-lab tests bench plugins tools

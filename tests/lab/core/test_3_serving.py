@@ -1,11 +1,11 @@
 """The serving tier for real: vLLM (CPU) + an LMCache server on lab3 and lab4, installed
 offline from the controller's wheelhouse and started by `up`. Both hosts serve the staged
 model; a prefix computed on lab3 is a hit on lab4, which only the shared S3 tier can answer
-(lab4 never saw the prompt, and its LMCache server's DRAM holds nothing of lab3's); a stopped
-vLLM is a verify FAIL naming its host. lab3 runs two vLLM instances (vllm_instances: 2, the
-lab's serving profile) on one LMCache server: verify checks each, and a prompt one computed
-is a hit on the other and on lab4. The rolling restart is proven by the repair converge
-(test_2_verify.py)."""
+(lab4 never saw the prompt, and its LMCache server's DRAM holds nothing of lab3's). lab3
+runs two vLLM instances (vllm_instances: 2, the lab's serving profile) on one LMCache
+server: verify checks each, and a prompt one computed is a hit on the other and on lab4.
+A stopped vLLM and the repair converge's rolling restart are the `faults` session's
+(tests/lab/faults)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from tests.lab.vllm_http import (
     complete,
     metric,
     models,
-    wait_healthy,
 )
 
 pytestmark = pytest.mark.lab
@@ -103,34 +102,6 @@ def test_two_instances_on_lab3_verify_and_share_one_cache_and_the_remote_tier(
     queries = metric(SERVING["lab4"], "vllm:external_prefix_cache_queries_total")
     assert external_hits(SERVING["lab4"], tokens) >= 256 * 3 - 1
     assert metric(SERVING["lab4"], "vllm:external_prefix_cache_queries_total") > queries
-
-
-SEGMENT_OWNERS = r"""for f in /dev/shm/lmcache_kv_*; do
-  [ -e "$f" ] || continue
-  p=${f#/dev/shm/lmcache_kv_}; p=${p%%_*}
-  if [ -d "/proc/$p" ]; then echo "$f $(cat /proc/$p/comm) alive"; else echo "$f gone"; fi
-done"""
-
-
-def test_stopped_vllm_fails_verify_naming_the_host(converged: Lab) -> None:
-    address = SERVING["lab4"]
-    converged.ssh(address, "systemctl stop vllm")
-    try:
-        # the unit's ExecStopPost removed vLLM's KV segment (it leaks a GiB per stop): no
-        # lmcache_kv_<pid>_<n> is left whose process is gone. A segment whose owner lives is
-        # not vLLM's (the unit's processes are all gone when ExecStopPost runs): it is named,
-        # with its owner, in the message of any failure.
-        segments = converged.ssh(address, SEGMENT_OWNERS).splitlines()
-        assert not [line for line in segments if line.endswith(" gone")], segments
-        result = converged.deploykit("verify", "--inventory", "lab", "--json", check=False)
-        findings = json.loads(result.stdout)["findings"]
-        assert result.returncode == 6
-        failed = [f for f in findings if f["check"] == "vllm-service" and f["status"] == "fail"]
-        assert [f["target"] for f in failed] == ["lab4"], failed
-    finally:
-        # the LMCache server dropped the stopped vLLM's KV registration; start both fresh
-        converged.ssh(address, "systemctl restart lmcache-server && systemctl start vllm")
-        wait_healthy(address, timeout=600)
 
 
 def test_readme_verbs_work_after_a_plain_converge(converged: Lab) -> None:
