@@ -7,7 +7,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from deploy_kit.core import trusted_yaml
 
 ACCELERATORS = ("cuda", "rocm", "gaudi3", "cpu")
 
@@ -148,7 +148,7 @@ class UnsupportedVersion(ValueError):
 @cache
 def _table() -> dict[str, Any]:
     text = resources.files("deploy_kit").joinpath("data/compat.yaml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = trusted_yaml.load(text)
     return data
 
 
@@ -253,7 +253,7 @@ def consul_release_sha256(version: str) -> str | None:
 @cache
 def _lmcache_keys() -> dict[tuple[int, ...], frozenset[str]]:
     text = resources.files("deploy_kit").joinpath("data/lmcache_keys.yaml").read_text()
-    releases: dict[str, list[str]] = yaml.safe_load(text)["releases"]
+    releases: dict[str, list[str]] = trusted_yaml.load(text)["releases"]
     return {parse_version(v): frozenset(keys) for v, keys in releases.items()}
 
 

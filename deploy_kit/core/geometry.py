@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from deploy_kit.core import trusted_yaml
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1,
                "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -161,7 +161,7 @@ def dense_prefill_params(layers: int, hidden: int, heads: int, kv_heads: int, he
 @cache
 def presets() -> dict[str, ModelGeometry]:
     text = resources.files("deploy_kit").joinpath("data/models.yaml").read_text()
-    raw: dict[str, dict[str, Any]] = yaml.safe_load(text)
+    raw: dict[str, dict[str, Any]] = trusted_yaml.load(text)
     return {name: ModelGeometry(**fields) for name, fields in raw.items()}
 
 

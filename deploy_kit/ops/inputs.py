@@ -10,9 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
+from deploy_kit.core import trusted_yaml
 from deploy_kit.project import collection_dir
 
 INPUTS_PATH = "/.deploykit/inputs.json"
@@ -47,7 +46,7 @@ def role_options(project: Path) -> list[str]:
     tests/unit/test_roles.py keeps the specs complete)."""
     names: set[str] = set()
     for spec in sorted(collection_dir(project).glob("roles/*/meta/argument_specs.yml")):
-        entries = (yaml.safe_load(spec.read_text()) or {}).get("argument_specs", {})
+        entries = (trusted_yaml.load(spec.read_text()) or {}).get("argument_specs", {})
         for entry in entries.values():
             names.update((entry or {}).get("options", {}) or {})
     return sorted(name for name in names - RUN_SCOPED if not in_settings(name))

@@ -25,7 +25,7 @@ import yaml
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
-from deploy_kit.core import compat
+from deploy_kit.core import compat, trusted_yaml
 from deploy_kit.render.consul import consul_scrapable
 
 # where the monitoring host keeps deploykit's part of its Prometheus configuration
@@ -229,7 +229,7 @@ def _series(metric: str, /, **labels: str) -> str:  # a label may be called `nam
 def _alert_data() -> list[dict[str, Any]]:
     """data/alerts.yaml's alerts, as written (read once; callers copy before they fill in)."""
     text = resources.files("deploy_kit").joinpath("data/alerts.yaml").read_text()
-    alerts: list[dict[str, Any]] = yaml.safe_load(text)["alerts"]
+    alerts: list[dict[str, Any]] = trusted_yaml.load(text)["alerts"]
     return alerts
 
 
