@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.agents import HERE as AGENTS
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
 from deploy_kit.project import collection_dir
 
@@ -60,4 +61,7 @@ def code_inputs(project: Path) -> dict[str, Any]:
         # roles and plugins: in a wheel, the collection copy (the same files as a checkout's)
         root = project if part == "playbooks" else collection_dir(project)
         tree_digest(root / part, digest)
+    # the programs the roles copy onto the hosts as they are (their settings are rendered)
+    digest.update(b"\0code agents\0")
+    tree_digest(AGENTS, digest)
     return {"code_digest": digest.hexdigest(), "role_options": role_options(project)}
