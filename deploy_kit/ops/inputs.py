@@ -1,5 +1,6 @@
 """What a host's converge record digests beyond the rendered tree: deploykit's own roles,
-playbooks and plugins, and the names of every role input (the argument specs' options).
+playbooks and plugins and the agents the roles install (deploy_kit/agents), and the names of
+every role input (the argument specs' options).
 Computed once per render and written to the site-wide tree, so the inputs lookup
 (plugins/lookup/deploykit_inputs.py) walks no code and parses no spec per host."""
 

@@ -84,3 +84,72 @@ def test_the_s3_event_counter_reads_what_the_render_writes(make_inventory: Inven
     written = json.loads(text)
     assert read_keys(agents.LMCACHE_S3_EVENTS, "settings") == set(written)
     assert list(written) == sorted(written)
+
+
+def test_a_new_agent_is_a_new_input_of_every_host(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The render no longer writes the programs, so they are digested with deploykit's own
+    code: a changed agent converges a host whose render is unchanged, as a changed render
+    did when the program was rendered."""
+    import shutil
+
+    from deploy_kit.ops import inputs
+    from tests.conftest import REPO
+
+    before = inputs.code_inputs(REPO)["code_digest"]
+    copy = tmp_path / "agents"
+    shutil.copytree(agents.HERE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(inputs, "AGENTS", copy)
+    assert inputs.code_inputs(REPO)["code_digest"] == before
+    program = copy / "lmcache_heal.py"
+    program.write_text(program.read_text() + "# edited\n")
+    assert inputs.code_inputs(REPO)["code_digest"] != before
+
+
+def test_the_serving_role_installs_the_agent_under_the_serving_venvs_python(tmp_path: Path
+                                                                            ) -> None:
+    """roles/serving/tasks/self_heal.yml's own task, on localhost: the program as it is but
+    for its first line, the venv's python; check mode, then one change, then none."""
+    import os
+    import subprocess
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    tasks = yaml.safe_load((REPO / "roles/serving/tasks/self_heal.yml").read_text())
+    task = next(t for t in tasks if t["name"] == "Write the LMCache agent")
+    for owner in ("owner", "group"):  # root's on a host
+        task["ansible.builtin.copy"].pop(owner)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(sys.executable)
+    installed = tmp_path / "lmcache-heal"
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"vllm_venv": str(venv), "_serving_agent_source": str(agents.LMCACHE_HEAL),
+                 "_serving_agent_script": str(installed)},
+        "tasks": [task]}]))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_LOCALHOST_WARNING": "false"}
+
+    def changed(*flags: str) -> int:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
+             "-i", "localhost,", "-c", "local",
+             "-e", f"ansible_python_interpreter={sys.executable}", *flags],
+            capture_output=True, text=True, timeout=300, cwd=REPO, env=env, check=False)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return int(re.search(r"changed=(\d+)", done.stdout).group(1))
+
+    assert changed("--check") == 1 and not installed.exists()
+    assert changed() == 1
+    assert (changed(), changed("--check")) == (0, 0)
+    source = agents.LMCACHE_HEAL.read_text()
+    assert installed.read_text() == f"#!{venv}/bin/python3\n" + source.split("\n", 1)[1]
+    assert installed.stat().st_mode & 0o777 == 0o755
+    # it runs as a script: a wrong mode is refused before any settings file is read
+    done = subprocess.run([str(installed)], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stderr) == (1, "usage: lmcache-heal heal|restart\n")
