@@ -16,7 +16,7 @@ from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.ops.upgrade import host_versions
-from deploy_kit.render import consul_tls
+from deploy_kit.render import consul_tls, monitoring, self_heal
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
 from deploy_kit.render.vllm import api_keys_path, host_instances, secret_env_path
@@ -54,6 +54,9 @@ def role_paths(host: Host) -> dict[str, Any]:
         "_serving_env_wheelhouse_marker_path": names.serving_env_wheelhouse_marker_path(c),
         "_vllm_model_staged_marker_path": (names.model_staged_marker_path(c)
                                            if c.model_is_local else None),
+        # the agents the roles copy from deploy_kit/agents (their settings are rendered)
+        "_serving_agent_script": self_heal.SCRIPT,
+        "_monitoring_s3_events_script": monitoring.S3_EVENTS_SCRIPT,
     }
 
 
@@ -68,7 +71,8 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
     "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
              "_vllm_api_keys_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
-             "_vllm_model_staged_marker_path"),
+             "_vllm_model_staged_marker_path", "_serving_agent_script",
+             "_monitoring_s3_events_script"),
 }
 
 

@@ -1,5 +1,6 @@
 """What a host's converge record digests beyond the rendered tree: deploykit's own roles,
-playbooks and plugins, and the names of every role input (the argument specs' options).
+playbooks and plugins and the agents the roles install (deploy_kit/agents), and the names of
+every role input (the argument specs' options).
 Computed once per render and written to the site-wide tree, so the inputs lookup
 (plugins/lookup/deploykit_inputs.py) walks no code and parses no spec per host."""
 
@@ -10,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from deploy_kit.agents import HERE as AGENTS
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
 from deploy_kit.core import trusted_yaml
 from deploy_kit.project import collection_dir
@@ -59,4 +61,7 @@ def code_inputs(project: Path) -> dict[str, Any]:
         # roles and plugins: in a wheel, the collection copy (the same files as a checkout's)
         root = project if part == "playbooks" else collection_dir(project)
         tree_digest(root / part, digest)
+    # the programs the roles copy onto the hosts as they are (their settings are rendered)
+    digest.update(b"\0code agents\0")
+    tree_digest(AGENTS, digest)
     return {"code_digest": digest.hexdigest(), "role_options": role_options(project)}

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from deploy_kit import agents
 from deploy_kit.config import names
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
@@ -121,10 +122,15 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         # the heal task's unit and journal words: the converge record's own (converged.breaker)
         "_lmcache_breaker_units": breaker_units,
         "_lmcache_breaker_pattern": breaker_pattern,
-        # the LMCache agent (render/self_heal.py): its script and units; the render writes a
-        # timer only where it runs, and the role stops one it no longer finds there
-        "_serving_agent_script": self_heal.SCRIPT,
+        # the LMCache agent (render/self_heal.py): the program the role installs (this
+        # controller's copy of deploy_kit/agents), the settings file the render writes for it,
+        # and its units; the render writes a timer only where it runs, and the role stops one
+        # it no longer finds there
+        "_serving_agent_source": str(agents.LMCACHE_HEAL),
+        "_serving_agent_config": self_heal.CONFIG,
         "_serving_agent_units": [PurePosixPath(p).name for p in self_heal.UNITS],
+        # the journal counter of LMCache's S3 trouble (render/monitoring.py), likewise
+        "_monitoring_s3_events_source": str(agents.LMCACHE_S3_EVENTS),
         **converged.role_paths(host),
         **converged.role_units(host),
     }

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from deploy_kit.agents import lmcache_s3_events
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
@@ -44,6 +45,7 @@ NODE_EXPORTER_DEFAULTS_PATH = "/etc/default/prometheus-node-exporter"
 # Debian's node exporter reads *.prom files here (textfile collector)
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
+S3_EVENTS_CONFIG = lmcache_s3_events.CONFIG
 S3_EVENTS_UNIT = "/etc/systemd/system/deploykit-lmcache-s3-events.service"
 S3_EVENTS_TIMER = "/etc/systemd/system/deploykit-lmcache-s3-events.timer"
 
@@ -434,9 +436,9 @@ def render_node_exporter_defaults(host: Host, header: str) -> str:
 
 
 def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
-    """path -> (text, mode): the journal counter of LMCache's S3 trouble and its timer. The
-    patterns are the ones verify reads (core.patterns.S3_LOG_PATTERNS), so alert and check
-    agree."""
+    """path -> (text, mode): the settings of the journal counter of LMCache's S3 trouble, its
+    service and its timer. The patterns are the ones verify reads
+    (core.patterns.S3_LOG_PATTERNS), so alert and check agree."""
     from deploy_kit.core.patterns import S3_LOG_PATTERNS
     from deploy_kit.render.templating import render_template
 
@@ -444,10 +446,13 @@ def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]
     interval = f"{min(30, _seconds(c.monitoring_scrape_interval) * 2)}s"
     return {
-        S3_EVENTS_SCRIPT: (render_template("lmcache-s3-events.py.j2", patterns=S3_LOG_PATTERNS,
-                                           units=units, textfile_dir=TEXTFILE_DIR,
-                                           state="/var/lib/deploykit/lmcache-s3-events.json",
-                                           lmcache_version=c.lmcache_version), 0o755),
+        # the counter itself is deploy_kit/agents/lmcache_s3_events.py, installed by the
+        # monitoring role at S3_EVENTS_SCRIPT
+        S3_EVENTS_CONFIG: (json.dumps({
+            "patterns": S3_LOG_PATTERNS, "units": units,
+            "state": "/var/lib/deploykit/lmcache-s3-events.json",
+            "textfile": f"{TEXTFILE_DIR}/deploykit_lmcache.prom"},
+            indent=2, sort_keys=True) + "\n", 0o644),
         S3_EVENTS_UNIT: (render_template("lmcache-s3-events.service.j2",
                                          script=S3_EVENTS_SCRIPT), 0o644),
         S3_EVENTS_TIMER: (render_template("lmcache-s3-events.timer.j2", interval=interval),

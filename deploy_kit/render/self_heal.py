@@ -5,7 +5,8 @@ errors (s3_l2_adapter.py:1022-1030 in the server, s3_connector.py:688-697 in pro
 trusts its record of what S3 stores for the life of the process (s3_l2_adapter.py:1127: a
 lookup answers from `_object_size_cache` before any HEAD; its config, lines 330-400, has no
 setting that expires or re-checks that record). Both heal only by a restart, so each serving
-host runs one script, two ways:
+host runs one agent (deploy_kit/agents/lmcache_heal.py, installed by the serving role), two
+ways:
 
 - `heal` (deploykit-lmcache-heal.timer, every 30 s): restarts a process whose current
   invocation logged the breaker (the words and units `up`'s heal task reads), with backoff;
@@ -27,16 +28,19 @@ name and port LMCache uses).
 
 from __future__ import annotations
 
-import pprint
+import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from deploy_kit.agents import lmcache_heal
 from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import lmcache_server, monitoring, vllm
 
+# the agent, as the serving role installs it, and its settings, as the render writes them
 SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
+CONFIG = lmcache_heal.CONFIG
 HEAL_UNIT = "/etc/systemd/system/deploykit-lmcache-heal.service"
 HEAL_TIMER = "/etc/systemd/system/deploykit-lmcache-heal.timer"
 RESTART_UNIT = "/etc/systemd/system/deploykit-lmcache-restart.service"
@@ -119,12 +123,9 @@ def agent_config(host: Host) -> dict[str, Any]:
     }
 
 
-def render_script(config: dict[str, Any], python: str) -> str:
-    from deploy_kit.render.templating import render_template
-
-    literal = pprint.pformat(config, indent=1, width=96, sort_dicts=True)
-    return render_template("lmcache-heal.py.j2", python=python,
-                           config=literal)
+def render_config(config: dict[str, Any]) -> str:
+    """The agent's settings file (lmcache_heal.CONFIG), in a stable order."""
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
@@ -132,13 +133,12 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
     ones rendered and stops and disables the others (tasks/self_heal.yml)."""
     from deploy_kit.render.templating import render_template
 
-    c = host.config
     config = agent_config(host)
     # a run may wait its turn, then restart every unit behind its gate (the script keeps
     # time itself; this only stops a run that hung)
     timeout = config["lease_ttl"] + config["lock_wait"]
     files = {
-        SCRIPT: (render_script(config, f"{c.vllm_venv}/bin/python3"), 0o755),
+        CONFIG: (render_config(config), 0o644),
         HEAL_UNIT: (render_template(
             "lmcache-heal.service.j2", script=SCRIPT, mode="heal",
             identifier=IDENTIFIER, timeout=timeout,
@@ -155,7 +155,7 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
                         "the site at a time"), 0o644),
         RESTART_TIMER: (render_template(
             "lmcache-heal.timer.j2", interval=None, calendar=calendar(host),
-            delay=c.lmcache_scheduled_restart_delay,
+            delay=host.config.lmcache_scheduled_restart_delay,
             description="restart LMCache after each RGW lifecycle window"), 0o644),
     }
     if not heal_enabled(host):

@@ -17,7 +17,7 @@ name: deploykit_inputs
 short_description: Digest of the inputs a run applies to the current host
 description: >-
   sha256 over the host's rendered tree and the site-wide one (settings, every non-secret
-  file, and the digest of deploykit's own roles, playbooks and plugins, which the render
+  file, and the digest of deploykit's own roles, playbooks, plugins and agents, which the render
   wrote once in _cluster/.deploykit/inputs.json), and the value on this host of every
   option a deploykit role's argument spec names (secrets included: only their digest
   leaves this function). Two runs with the same digest apply the same things to the host.

@@ -22,11 +22,13 @@ PACKAGE = REPO / "deploy_kit"
 LAB = REPO / "deploykit-lab" / "deploykit_lab"
 
 # Bottom up. A directory of deploy_kit/ is its own layer; the few top-level modules are
-# placed by TOP_LEVEL. "leaf" (the version, console, project paths, safe_read) sits below
-# core, which uses two of them: geometry reads config.json through safe_read, and the
-# envelope stamps __version__.
-LAYERS = ("leaf", "core", "config", "plan", "render", "ansible", "ops", "transport", "cache",
-          "verify", "status", "bench", "plugins", "cli")
+# placed by TOP_LEVEL. "agents" (programs the roles copy onto the hosts, run there with the
+# host's python alone) is the lowest: it imports nothing of deploy_kit (test_agents.py holds
+# it to the standard library), and the controller imports it only for its paths. "leaf"
+# (the version, console, project paths, safe_read) sits below core, which uses two of them:
+# geometry reads config.json through safe_read, and the envelope stamps __version__.
+LAYERS = ("agents", "leaf", "core", "config", "plan", "render", "ansible", "ops", "transport",
+          "cache", "verify", "status", "bench", "plugins", "cli")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 TOP_LEVEL = {
     "deploy_kit": "leaf",  # __version__ only

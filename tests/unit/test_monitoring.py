@@ -307,14 +307,18 @@ print("-- cursor: %d" % len(lines))
 """
 
 
-def test_the_journal_counter_counts_only_new_lines_per_process(tmp_path: Path) -> None:
+def test_the_journal_counter_counts_only_new_lines_per_process(
+        make_inventory: InventoryFactory, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The LMCache S3 trouble counter (LMCache 0.5.6 exports no metric for it): verify's
-    patterns over the current process's journal, incrementally, reset by a restart."""
+    patterns over the current process's journal, incrementally, reset by a restart. The
+    program (deploy_kit/agents/lmcache_s3_events.py) runs with the settings the render
+    writes, its files moved under tmp_path."""
     import os
     import stat
 
+    from deploy_kit.agents import lmcache_s3_events
     from deploy_kit.core.patterns import S3_LOG_PATTERNS
-    from deploy_kit.render.templating import render_template
 
     bin_dir, fake = tmp_path / "bin", tmp_path / "fake"
     bin_dir.mkdir()
@@ -322,17 +326,20 @@ def test_the_journal_counter_counts_only_new_lines_per_process(tmp_path: Path) -
     for name, text in (("systemctl", FAKE_SYSTEMCTL), ("journalctl", FAKE_JOURNALCTL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(stat.S_IRWXU)
-    script = tmp_path / "events.py"
-    script.write_text(render_template("lmcache-s3-events.py.j2", patterns=S3_LOG_PATTERNS,
-                                      units=["lmcache-server"], textfile_dir=str(tmp_path),
-                                      state=str(tmp_path / "state.json"),
-                                      lmcache_version="0.5.6"))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(fake)}
+    host = site_of(make_inventory).hosts["gpu1"]
+    rendered = json.loads(monitoring.render_s3_events(host)[monitoring.S3_EVENTS_CONFIG][0])
+    assert rendered["patterns"] == S3_LOG_PATTERNS
+    settings = tmp_path / "lmcache-s3-events.json"
+    settings.write_text(json.dumps({**rendered, "units": ["lmcache-server"],
+                                    "state": str(tmp_path / "state.json"),
+                                    "textfile": str(tmp_path / "deploykit_lmcache.prom")}))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DIR", str(fake))
 
     def counts(journal: list[str], invocation: str = "inv-1") -> dict[str, int]:
         (fake / "invocation").write_text(invocation + "\n")
         (fake / "journal").write_text("\n".join(journal) + "\n")
-        subprocess.run(["python3", str(script)], env=env, check=True, timeout=30)
+        lmcache_s3_events.main(str(settings))
         text = (tmp_path / "deploykit_lmcache.prom").read_text()
         return {line.split('kind="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
                 for line in text.splitlines() if line.startswith("deploykit_lmcache")}

@@ -1,10 +1,15 @@
-"""The LMCache agent (render/self_heal.py): the rendered script itself, run against a fake
-systemd (systemctl, journalctl on PATH), a fake S3 (boto3 on PYTHONPATH, holding the lease
-with RGW's If-None-Match semantics) and a real HTTP /health; and what the render writes."""
+"""The LMCache agent (deploy_kit/agents/lmcache_heal.py, its settings rendered by
+render/self_heal.py): the module itself, driven with a settings file against a fake systemd
+(systemctl, journalctl on PATH), a fake S3 (boto3 and botocore imported from the fakes,
+holding the lease with RGW's If-None-Match semantics) and a real HTTP /health; and what the
+render writes."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import http.server
+import io
 import json
 import os
 import re
@@ -18,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from deploy_kit.agents import lmcache_heal
 from deploy_kit.config.open import open_site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render import self_heal
@@ -176,8 +182,42 @@ def dead_port() -> int:
         return int(sock.getsockname()[1])
 
 
+FAKED = ("boto3", "botocore")
+# what the agent sets for botocore (s3()): put back after each run
+AWS_VARIABLES = ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE")
+
+
+@contextlib.contextmanager
+def fake_host(fake: Path) -> Iterator[None]:
+    """The fakes for one run in this process: systemctl and journalctl first on PATH, boto3
+    and botocore imported afresh from the fakes (a test may rewrite one), and the process's
+    own modules and AWS_* variables as they were afterwards."""
+    def faked() -> list[str]:
+        return [name for name in sys.modules if name.split(".")[0] in FAKED]
+
+    real = {name: sys.modules.pop(name) for name in faked()}
+    aws = {name: os.environ.get(name) for name in AWS_VARIABLES}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FAKE", str(fake))
+            patch.setenv("PATH", f"{fake / 'bin'}:{os.environ['PATH']}")
+            patch.setattr(sys, "dont_write_bytecode", True)
+            patch.syspath_prepend(str(fake / "py"))
+            yield
+    finally:
+        for name in faked():
+            del sys.modules[name]
+        sys.modules.update(real)
+        for name, value in aws.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class Agent:
-    """The rendered script with its fakes: `units` run (unit -> its journal lines)."""
+    """The agent with its fakes and its settings file: `units` run (unit -> its journal
+    lines)."""
 
     def __init__(self, root: Path, config: dict[str, Any]) -> None:
         self.root = root
@@ -196,8 +236,7 @@ class Agent:
                        "local_lock": str(root / "lock"), "health_timeout": 3,
                        "health_poll": 0.1, "lock_poll": 0.1, "lock_wait": 4,
                        "outage_wait": 0.3}
-        self.script = root / "lmcache-heal"
-        self.script.write_text(self_heal.render_script(self.config, sys.executable))
+        self.settings = root / "lmcache-heal.json"
 
     def runs(self, unit: str, *lines: str) -> None:
         """`unit` runs a fresh process that logged `lines`."""
@@ -211,13 +250,13 @@ class Agent:
             handle.write(line + "\n")
 
     def run(self, mode: str = "heal") -> list[str]:
-        env = {**os.environ, "FAKE": str(self.fake),
-               "PATH": f"{self.fake / 'bin'}:{os.environ['PATH']}",
-               "PYTHONPATH": str(self.fake / "py")}
-        done = subprocess.run([sys.executable, str(self.script), mode], env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        return done.stdout.splitlines()
+        """One run of `lmcache-heal MODE` with self.config as its settings file (as the render
+        writes it): the lines it logged. It returns, as the script exits 0."""
+        self.settings.write_text(self_heal.render_config(self.config))
+        out = io.StringIO()
+        with fake_host(self.fake), contextlib.redirect_stdout(out):
+            lmcache_heal.main(mode, str(self.settings))
+        return out.getvalue().splitlines()
 
     def restarts(self) -> list[str]:
         path = self.fake / "restarts"
@@ -328,7 +367,6 @@ def test_a_tripped_host_heals_in_the_run_that_sees_storage_come_back(cpu_server:
     down = cpu_server.fake / "s3-down"
     down.touch()
     cpu_server.config["outage_wait"] = 30
-    cpu_server.script.write_text(self_heal.render_script(cpu_server.config, sys.executable))
     threading.Timer(1.0, down.unlink).start()
     out = cpu_server.run()
     assert [line.split()[0] for line in out] == ["heal-waiting", "heal-start", "heal-done"], out
@@ -476,6 +514,60 @@ def test_a_gpu_server_host_restarts_the_server_then_each_instance(
     assert agent.restarts() == ["lmcache-server", "vllm", "vllm-1"]
 
 
+def test_a_scheduled_restart_with_nothing_running_restarts_nothing(cpu_server: Agent
+                                                                   ) -> None:
+    for unit in ("lmcache-server", *(i["unit"] for i in cpu_server.config["instances"])):
+        (cpu_server.fake / "units" / unit).unlink()  # down, or under maintenance
+    assert cpu_server.run("restart") == ["restart-skipped host=cpu1 reason=nothing_running"]
+    assert cpu_server.restarts() == [] and cpu_server.lease() is None
+
+
+def test_a_heal_leaves_the_host_to_a_run_already_at_work(cpu_server: Agent) -> None:
+    """The heal and the scheduled restart hold one local flock; a heal that finds it taken
+    returns at once (that run heals too), writing nothing."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    with open(cpu_server.config["local_lock"], "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert cpu_server.run() == []
+    assert cpu_server.restarts() == [] and not Path(cpu_server.config["state"]).exists()
+    assert cpu_server.run()[0].startswith("heal-start")  # free again
+
+
+def test_with_tls_botocore_gets_the_system_trust_store(cpu_server: Agent) -> None:
+    """The site CA is in the system store (tls_trust.yml); botocore reads certifi's unless
+    told otherwise."""
+    cpu_server.config["tls"] = True
+    cpu_server.settings.write_text(self_heal.render_config(cpu_server.config))
+    lmcache_heal.configure(str(cpu_server.settings))
+    before = os.environ.get("AWS_CA_BUNDLE")
+    with fake_host(cpu_server.fake):
+        lmcache_heal.s3()
+        bundle = os.environ["AWS_CA_BUNDLE"]
+        assert os.environ["AWS_CONFIG_FILE"] == cpu_server.config["aws_config"]
+    assert Path(bundle).is_file()
+    assert os.environ.get("AWS_CA_BUNDLE") == before  # this process's own, as it was
+
+
+@pytest.mark.parametrize("argv", [[], ["heal-all"]])
+def test_a_wrong_mode_is_refused_before_anything_is_read(argv: list[str]) -> None:
+    """As the script runs on the host (its `__main__`): exit 1 and the usage, with no
+    settings file read (there is none here)."""
+    done = subprocess.run([sys.executable, str(lmcache_heal.__file__), *argv],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "usage: lmcache-heal heal|restart\n"
+    with pytest.raises(SystemExit, match=r"usage: lmcache-heal heal\|restart"):
+        lmcache_heal.main("heal-all", "/nonexistent/lmcache-heal.json")
+
+
+def test_the_settings_file_is_read_on_each_run(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text(json.dumps({"host": "a", "stale": 1}))
+    (tmp_path / "b.json").write_text(json.dumps({"host": "b"}))
+    lmcache_heal.configure(str(tmp_path / "a.json"))
+    lmcache_heal.configure(str(tmp_path / "b.json"))
+    assert lmcache_heal.C == {"host": "b"}
+
+
 # --- the render ------------------------------------------------------------------------
 
 def rendered(make_inventory: InventoryFactory, **group_vars: dict) -> dict[str, str]:
@@ -486,14 +578,15 @@ def rendered(make_inventory: InventoryFactory, **group_vars: dict) -> dict[str, 
 def test_both_timers_by_default_the_restart_after_the_lifecycle_window(
         make_inventory: InventoryFactory) -> None:
     files = rendered(make_inventory)
-    assert set(self_heal.UNITS) | {self_heal.SCRIPT} <= set(files)
+    assert set(self_heal.UNITS) | {self_heal.CONFIG} <= set(files)
+    assert self_heal.SCRIPT not in files  # the role installs deploykit's own program
     timer = files[self_heal.RESTART_TIMER]
     assert "OnCalendar=*-*-* 06:00:00" in timer and "RandomizedDelaySec=1800" in timer
     assert "OnUnitInactiveSec=30s" in files[self_heal.HEAL_TIMER]
     assert "ExecStart=/usr/local/libexec/deploykit/lmcache-heal heal" in \
         files[self_heal.HEAL_UNIT]
     assert "SyslogIdentifier=deploykit-heal" in files[self_heal.RESTART_UNIT]
-    assert files[self_heal.SCRIPT].startswith("#!/opt/vllm/bin/python3\n")
+    assert json.loads(files[self_heal.CONFIG])["host"] == "cpu1"
 
 
 @pytest.mark.parametrize(("settings", "absent"), [
@@ -520,7 +613,7 @@ def test_a_calendar_of_ones_own(make_inventory: InventoryFactory) -> None:
 
 def test_no_s3_tier_no_agent(make_inventory: InventoryFactory) -> None:
     files = rendered(make_inventory, all={"lmcache_mode": "dram"})
-    assert self_heal.SCRIPT not in files and set(self_heal.UNITS).isdisjoint(files)
+    assert self_heal.CONFIG not in files and set(self_heal.UNITS).isdisjoint(files)
 
 
 @pytest.mark.parametrize("topology", ["server", "inprocess"])

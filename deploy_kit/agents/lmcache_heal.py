@@ -1,4 +1,4 @@
-#!/opt/vllm/bin/python3
+#!/usr/bin/python3
 # Managed by deploykit; local changes are overwritten.
 """deploykit's LMCache agent on this serving host (deploy_kit/render/self_heal.py).
 
@@ -12,7 +12,14 @@ One host of the site at a time: a lease in the cache bucket, numbered objects ea
 with If-None-Match: * (RGW refuses a second create of the same key), the newest one holding
 it until its holder marks it free, once every instance's /health answers again. Each
 restart is a journal record (journalctl -t deploykit-heal) and node exporter textfile
-metrics (deploykit_lmcache_heals_total)."""
+metrics (deploykit_lmcache_heals_total).
+
+What this host acts on (its units and ports, the words, the S3 profile, the lease) is the
+JSON file CONFIG, written by the render (render/self_heal.py agent_config). The serving role
+installs this file with the serving venv's python in its first line: boto3 is imported
+from there, when S3 is asked."""
+
+from __future__ import annotations
 
 import fcntl
 import json
@@ -23,53 +30,40 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
-C = {'aws_config': '/etc/deploykit/aws/config',
- 'aws_credentials': '/etc/deploykit/aws/credentials',
- 'backoff': 600,
- 'backoff_cap': 9600,
- 'breaker_pattern': 'S3L2Adapter disabled after|S3 connection disabled after',
- 'breaker_units': ['vllm', 'vllm-1', 'vllm-2', 'vllm-3'],
- 'bucket': 'lmcache',
- 'health_poll': 2,
- 'health_timeout': 1800,
- 'host': 'gpu-mi300x-1',
- 'identifier': 'deploykit-heal',
- 'instances': [{'port': 8000, 'unit': 'vllm'},
-               {'port': 8001, 'unit': 'vllm-1'},
-               {'port': 8002, 'unit': 'vllm-2'},
-               {'port': 8003, 'unit': 'vllm-3'}],
- 'lease_key': 'deploykit-lease/serving-restart',
- 'lease_ttl': 9300,
- 'local_lock': '/run/deploykit-lmcache-heal.lock',
- 'lock_poll': 5,
- 'lock_wait': 21600,
- 'outage_wait': 600,
- 'profile': 'lmcache',
- 'server': None,
- 'state': '/var/lib/deploykit/lmcache-heal.json',
- 'textfile': '/var/lib/prometheus/node-exporter/deploykit_lmcache_heal.prom',
- 'tls': False,
- 'with_server': False}
+# beside the agent: a directory the role creates and owns, wherever lmcache_config_dir is
+CONFIG = "/usr/local/libexec/deploykit/lmcache-heal.json"
+# this host's settings, read from CONFIG by main()
+C: dict[str, Any] = {}
 
 
-def log(event, **fields):
-    words = " ".join("%s=%s" % (k, str(v).replace(" ", "_")) for k, v in fields.items())
-    print(("%s host=%s %s" % (event, C["host"], words)).rstrip(), flush=True)
+def configure(path: str) -> None:
+    with open(path) as handle:
+        settings = json.load(handle)
+    C.clear()
+    C.update(settings)
 
 
-def run(argv):
+def log(event: str, **fields: object) -> None:
+    words = " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in fields.items())
+    print(f"{event} host={C['host']} {words}".rstrip(), flush=True)
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
-def invocation(unit):
+def invocation(unit: str) -> str:
     """The unit's running process's InvocationID; '' when it does not run."""
     out = run(["systemctl", "show", "-p", "ActiveState", "-p", "InvocationID", unit]).stdout
-    values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    values = {key: value for key, _, value in
+              (line.partition("=") for line in out.splitlines() if "=" in line)}
     return values.get("InvocationID", "") if values.get("ActiveState") == "active" else ""
 
 
-def breaker_line(unit, state):
+def breaker_line(unit: str, state: dict[str, Any]) -> str | None:
     """The first breaker line of the unit's current process (verify and `up` read the same
     words); the journal is read from where the last run stopped."""
     units = state.setdefault("units", {})
@@ -92,7 +86,8 @@ def breaker_line(unit, state):
             elif seen["line"] is None and rule.search(line):
                 seen["line"] = line.strip()
     units[unit] = seen
-    return seen["line"]
+    found: str | None = seen["line"]
+    return found
 
 
 # --- the lease: one host of the site restarts at a time ---------------------------------
@@ -101,13 +96,14 @@ class Unreachable(Exception):
     """S3 does not answer: storage is not back."""
 
 
-def s3():
+def s3() -> Any:
     os.environ["AWS_CONFIG_FILE"] = C["aws_config"]
     os.environ["AWS_SHARED_CREDENTIALS_FILE"] = C["aws_credentials"]
     if C["tls"]:  # the site CA is in the system store (tls_trust.yml); botocore reads certifi's
-        found = [ssl.get_default_verify_paths().cafile, "/etc/ssl/certs/ca-certificates.crt",
-                 "/etc/pki/tls/certs/ca-bundle.crt"]
-        os.environ["AWS_CA_BUNDLE"] = next(p for p in found if p and os.path.exists(p))
+        found = [p for p in (ssl.get_default_verify_paths().cafile,
+                             "/etc/ssl/certs/ca-certificates.crt",
+                             "/etc/pki/tls/certs/ca-bundle.crt") if p]
+        os.environ["AWS_CA_BUNDLE"] = next(p for p in found if os.path.exists(p))
     import boto3
     from botocore.config import Config
 
@@ -115,7 +111,7 @@ def s3():
     return boto3.session.Session(profile_name=C["profile"]).client("s3", config=config)
 
 
-def _call(method, **kwargs):
+def _call(method: Callable[..., Any], **kwargs: Any) -> tuple[int, Any]:
     """One S3 call; (status, response). Raises Unreachable when S3 does not answer."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -124,22 +120,24 @@ def _call(method, **kwargs):
     except ClientError as exc:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
         if status >= 500 or status == 0:
-            raise Unreachable("HTTP %s %s" % (status, exc.response.get("Error", {}).get("Code")))
+            raise Unreachable(
+                f"HTTP {status} {exc.response.get('Error', {}).get('Code')}") from exc
         return status, exc.response
     except BotoCoreError as exc:
-        raise Unreachable(type(exc).__name__)
+        raise Unreachable(type(exc).__name__) from exc
 
 
-def current(client):
+def current(client: Any) -> tuple[int, dict[str, Any] | None]:
     """The newest lease key and its record: (n, record), (0, None) when there is none.
     Keys are numbered; each restart creates the next one, never deletes (lifecycle expiry
     removes old ones), so the serving identity needs no delete right."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    keys, token = [], None
+    keys: list[str] = []
+    token: str | None = None
     try:
         while True:
-            extra = {"ContinuationToken": token} if token else {}
+            extra: dict[str, str] = {"ContinuationToken": token} if token else {}
             page = client.list_objects_v2(Bucket=C["bucket"], Prefix=C["lease_key"] + ".",
                                           **extra)
             keys += [o["Key"] for o in page.get("Contents", [])]
@@ -147,10 +145,10 @@ def current(client):
                 break
             token = page["NextContinuationToken"]
     except ClientError as exc:
-        raise Unreachable("HTTP %s listing the lease"
-                          % exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        raise Unreachable(f"HTTP {status} listing the lease") from exc
     except BotoCoreError as exc:
-        raise Unreachable(type(exc).__name__)
+        raise Unreachable(type(exc).__name__) from exc
     numbers = [int(k.rsplit(".", 1)[1]) for k in keys if k.rsplit(".", 1)[1].isdigit()]
     if not numbers:
         return 0, None
@@ -158,23 +156,24 @@ def current(client):
     return n, read_lease(client, n)
 
 
-def lease_key(n):
-    return "%s.%012d" % (C["lease_key"], n)
+def lease_key(n: int) -> str:
+    return f"{C['lease_key']}.{n:012d}"
 
 
-def read_lease(client, n):
+def read_lease(client: Any, n: int) -> dict[str, Any]:
     status, got = _call(client.get_object, Key=lease_key(n))
     if status == 404:
         return {}
     if status != 200:
-        raise Unreachable("HTTP %s reading the lease" % status)
+        raise Unreachable(f"HTTP {status} reading the lease")
     try:
-        return json.loads(got["Body"].read() or b"{}")
+        record: dict[str, Any] = json.loads(got["Body"].read() or b"{}")
     except ValueError:
         return {}
+    return record
 
 
-def acquire(client, reason):
+def acquire(client: Any, reason: str) -> int | dict[str, Any]:
     """The lease key number this host now holds; else the holder's record."""
     n, held = current(client)
     now = time.time()
@@ -194,7 +193,7 @@ def acquire(client, reason):
     return current(client)[1] or {"host": "?", "status": status}
 
 
-def release(client, n):
+def release(client: Any, n: int) -> None:
     body = json.dumps({"host": "", "released_by": C["host"], "at": time.time()}).encode()
     status, _ = _call(client.put_object, Key=lease_key(n), Body=body,
                       ContentType="application/json")
@@ -204,15 +203,15 @@ def release(client, n):
 
 # --- the restart ---------------------------------------------------------------------------
 
-def healthy(port):
+def healthy(port: int) -> bool:
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5) as answer:
-            return answer.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port:d}/health", timeout=5) as answer:
+            return bool(answer.status == 200)
     except OSError:
         return False
 
 
-def gate(instances):
+def gate(instances: list[dict[str, Any]]) -> list[str]:
     """Wait for each instance's /health; the units that never answered."""
     deadline = time.monotonic() + C["health_timeout"]
     waiting = list(instances)
@@ -223,12 +222,12 @@ def gate(instances):
     return [i["unit"] for i in waiting]
 
 
-def restart_unit(unit):
+def restart_unit(unit: str) -> list[str]:
     result = run(["systemctl", "restart", unit])
     return [] if result.returncode == 0 else [unit]
 
 
-def restart(units):
+def restart(units: list[str]) -> list[str]:
     """Restart `units` as the rolling play does (roles/serving/tasks/roll.yml): the server
     (on CPU hosts its instances require it and restart with it), then, where they do not,
     each running instance behind its health gate, one at a time. The units that failed."""
@@ -249,44 +248,45 @@ def restart(units):
 
 # --- state, backoff, records -------------------------------------------------------------
 
-def load_state():
+def load_state() -> dict[str, Any]:
     try:
         with open(C["state"]) as handle:
-            return json.load(handle)
+            state: dict[str, Any] = json.load(handle)
     except (OSError, ValueError):
         return {}
+    return state
 
 
-def write(path, text):
+def write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as handle:
         handle.write(text)
     os.replace(path + ".tmp", path)  # the collector never reads half a file
 
 
-def save(state):
+def save(state: dict[str, Any]) -> None:
     write(C["state"], json.dumps(state))
     out = ["# HELP deploykit_lmcache_heals_total Restarts of LMCache by deploykit's agent "
            "(reason breaker: its S3 breaker tripped; scheduled: after RGW's lifecycle window)",
            "# TYPE deploykit_lmcache_heals_total counter"]
     counts = state.get("counts", {})
     for reason in ("breaker", "scheduled"):
-        out.append('deploykit_lmcache_heals_total{reason="%s"} %d'
-                   % (reason, counts.get(reason, 0)))
+        out.append(f'deploykit_lmcache_heals_total{{reason="{reason}"}} '
+                   f"{int(counts.get(reason, 0))}")
     out += ["# HELP deploykit_lmcache_heal_failures_total Restarts whose instances did not "
             "answer /health in time", "# TYPE deploykit_lmcache_heal_failures_total counter"]
     for reason in ("breaker", "scheduled"):
-        out.append('deploykit_lmcache_heal_failures_total{reason="%s"} %d'
-                   % (reason, state.get("failures", {}).get(reason, 0)))
+        out.append(f'deploykit_lmcache_heal_failures_total{{reason="{reason}"}} '
+                   f"{int(state.get('failures', {}).get(reason, 0))}")
     out += ["# HELP deploykit_lmcache_heal_last_timestamp_seconds End of the last restart",
             "# TYPE deploykit_lmcache_heal_last_timestamp_seconds gauge"]
     for reason in ("breaker", "scheduled"):
-        out.append('deploykit_lmcache_heal_last_timestamp_seconds{reason="%s"} %.0f'
-                   % (reason, state.get("last", {}).get(reason, 0)))
+        out.append(f'deploykit_lmcache_heal_last_timestamp_seconds{{reason="{reason}"}} '
+                   f"{state.get('last', {}).get(reason, 0):.0f}")
     write(C["textfile"], "\n".join(out) + "\n")
 
 
-def backoff_left(state, now):
+def backoff_left(state: dict[str, Any], now: float) -> float:
     """Seconds before this host may heal again: backoff after one heal, doubled for each
     further heal within backoff_cap, at most backoff_cap."""
     recent = [t for t in state.get("breaker_heals", []) if now - t < C["backoff_cap"]]
@@ -294,17 +294,18 @@ def backoff_left(state, now):
     if not recent:
         return 0
     gap = min(C["backoff"] * 2 ** (len(recent) - 1), C["backoff_cap"])
-    return max(0, max(recent) + gap - now)
+    left: float = max(0, max(recent) + gap - now)
+    return left
 
 
-def note(state, reason, **fields):
+def note(state: dict[str, Any], reason: str, **fields: object) -> None:
     """A reason to wait, logged once until it changes (the timer asks every 30 s)."""
     if state.get("waiting") != reason:
         log("heal-waiting", reason=reason, **fields)
     state["waiting"] = reason
 
 
-def heal_once(state, mode):
+def heal_once(state: dict[str, Any], mode: str) -> bool | str:
     """One pass: True when it restarted, False when there is nothing to do, else why it
     waits ("held": another host's lease; "unreachable": S3 does not answer). `heal`: the
     tripped units, if any; `restart`: all."""
@@ -334,6 +335,12 @@ def heal_once(state, mode):
         note(state, "lease-held", by=holder.get("host"), reason_there=holder.get("reason"))
         return "held"
     state.pop("waiting", None)
+    return restarted(state, client, holder, reason, units)
+
+
+def restarted(state: dict[str, Any], client: Any, holder: int, reason: str,
+              units: list[str]) -> bool:
+    """Restart `units` holding lease number `holder`, record it, free the lease."""
     start = time.time()
     log("heal-start", reason=reason, units=",".join(units))
     failed = restart(units)
@@ -355,9 +362,10 @@ def heal_once(state, mode):
     return True
 
 
-def main(mode):
+def main(mode: str, config: str = CONFIG) -> None:
     if mode not in ("heal", "restart"):
         sys.exit("usage: lmcache-heal heal|restart")
+    configure(config)
     with open(C["local_lock"], "w") as lock:
         # the heal and the scheduled restart, one at a time; a heal finding the other at work
         # leaves it to it (that restart heals too)
