@@ -440,7 +440,7 @@ def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     service and its timer. The patterns are the ones verify reads
     (core.patterns.S3_LOG_PATTERNS), so alert and check agree."""
     from deploy_kit.core.patterns import S3_LOG_PATTERNS
-    from deploy_kit.render.templating import render_template
+    from deploy_kit.render.templating import render_template, settings_json
 
     c = host.config
     units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]
@@ -448,11 +448,10 @@ def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     return {
         # the counter itself is deploy_kit/agents/lmcache_s3_events.py, installed by the
         # monitoring role at S3_EVENTS_SCRIPT
-        S3_EVENTS_CONFIG: (json.dumps({
+        S3_EVENTS_CONFIG: (settings_json({
             "patterns": S3_LOG_PATTERNS, "units": units,
             "state": "/var/lib/deploykit/lmcache-s3-events.json",
-            "textfile": f"{TEXTFILE_DIR}/deploykit_lmcache.prom"},
-            indent=2, sort_keys=True) + "\n", 0o644),
+            "textfile": f"{TEXTFILE_DIR}/deploykit_lmcache.prom"}), 0o644),
         S3_EVENTS_UNIT: (render_template("lmcache-s3-events.service.j2",
                                          script=S3_EVENTS_SCRIPT), 0o644),
         S3_EVENTS_TIMER: (render_template("lmcache-s3-events.timer.j2", interval=interval),

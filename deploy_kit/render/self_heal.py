@@ -28,7 +28,6 @@ name and port LMCache uses).
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -125,7 +124,9 @@ def agent_config(host: Host) -> dict[str, Any]:
 
 def render_config(config: dict[str, Any]) -> str:
     """The agent's settings file (lmcache_heal.CONFIG), in a stable order."""
-    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+    from deploy_kit.render.templating import settings_json
+
+    return settings_json(config)
 
 
 def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache, lru_cache
 from typing import Any
@@ -94,3 +95,11 @@ def _render_env_file(items: tuple[tuple[str, str], ...]) -> str:
     # most serving hosts' instances share one environment: rendered once, not per host
     # (the text depends on the items alone, so a cached result is always the right one)
     return render_template("vllm.env.j2", env=dict(items))
+
+
+def settings_json(settings: dict[str, Any]) -> str:
+    """A host agent's settings file: a JSON object with one sorted key per line (a changed
+    setting is a one-line diff), each value on that line."""
+    lines = [f"  {json.dumps(key)}: {json.dumps(settings[key], sort_keys=True)}"
+             for key in sorted(settings)]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
