@@ -68,12 +68,12 @@ def test_render_matches_golden(case: str, tmp_path: Path, update_golden: bool,
     monkeypatch.setenv("DK_GOLDEN_SECRET", "golden-secret-not-real")
     out = tmp_path / "out"
     write_tree(render_site(open_site(str(CASES[case]))), out)
+    modes = modes_text(tree_of(out))  # the copies' modes too
+    drop_cluster_copies(out)
     if case != MONITORING_CASE:
         for path in MONITORING_ONCE:
             (out / path).unlink(missing_ok=True)
     expected = GOLDEN / case / "expected"
-    modes = modes_text(tree_of(out))  # the copies' modes too
-    drop_cluster_copies(out)
     got = tree_of(out)
     if update_golden:
         shutil.rmtree(expected, ignore_errors=True)
