@@ -1,6 +1,6 @@
 """LMCache's own settings: chunks against vLLM's blocks and the context, the connector and
 kv-transfer fields the pinned vLLM accepts, the extra and top-level keys the pinned LMCache
-reads, the NIXL buffer and CRT part size, MLA models."""
+reads, the chunk-key hash, the NIXL buffer and CRT part size, MLA models."""
 
 from __future__ import annotations
 
