@@ -194,8 +194,8 @@ def flag(argv: list[str], name: str) -> str:
 def render(inventory: Path, lengths: list[int]) -> Units:
     """deploykit's own path: open_site (all rules), the render functions, the planner."""
     try:
-        from deploy_kit.config.open import open_site
         from deploy_kit.core.errors import InventoryError
+        from deploy_kit.ops.site import open_site
         from deploy_kit.plan import breakeven
         from deploy_kit.render import lmcache_server, vllm
     except ImportError as exc:

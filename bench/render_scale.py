@@ -1,4 +1,4 @@
-"""Fleet scale (issue 36): `validate` and `render -o` of a 10,000-serving-host site against
+"""Fleet scale: `validate` and `render -o` of a 10,000-serving-host site against
 `ansible-inventory --list` of the same site, in one run; prints the ratios (target: render
 within 3x Ansible's own parse). Minimum of REPEAT runs each (these machines are shared and
 noisy); wall and CPU seconds (the command's process tree) both.

@@ -24,8 +24,8 @@ TOKENS = 4096
 
 
 def api_key() -> str:
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.secrets_store import with_stored
+    from deploy_kit.ops.site import open_site
     from deploy_kit.transport.openai import api_key as key_of
 
     site = with_stored(open_site(str(REPO / "inventory" / "lab"), None))

@@ -28,7 +28,6 @@ from deploy_kit.cli.environment import Environment
 from deploy_kit.console import ReaderGone, console, stdout
 from deploy_kit.core.errors import DeployKitError, InventoryError
 from deploy_kit.core.exit_codes import ExitCode
-from deploy_kit.render import knobs  # noqa: F401 (registers its site rule before any open)
 
 # Plain (Click) help, not rich panels: it wraps at the terminal's width and never cuts a
 # word, so `deploykit up --help | less` and a CI log read the same as a terminal.

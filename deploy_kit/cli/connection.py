@@ -50,8 +50,8 @@ def reached_site(inventory: list[str], vault: VaultOptions,
                  connection: ConnectionOptions) -> Iterator[Site]:
     """The site a host-reading verb works on: vault secrets read once (a prompt asks here),
     -K answered once, and its host contacts using the connection flags."""
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.secrets_store import with_stored
+    from deploy_kit.ops.site import open_site
 
     secrets = vault.secrets()
     with reaching(connection) as reach:

@@ -76,8 +76,8 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
                   lock_wait: float = 0.0,
                   before: Callable[[Site], None] | None = None) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
-    from deploy_kit.config.open import open_site
     from deploy_kit.config.vault import command_flags
+    from deploy_kit.ops.site import open_site
     from deploy_kit.project import project_dir
 
     run_vars = run_vars or {}

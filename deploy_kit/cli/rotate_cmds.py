@@ -31,7 +31,7 @@ class What(StrEnum):
     gossip = "gossip"
 
 
-# the names `secrets rotate` took before issue 35 (the store's keys)
+# the names `secrets rotate` took before it rotated by service (the store's keys)
 LEGACY = {"vllm_api_key": What.vllm_api_key, "consul_gossip_key": What.gossip,
           "consul_acl_management_token": What.consul_tokens,
           "consul_acl_agent_token": What.consul_tokens,
@@ -70,7 +70,7 @@ def rotate_s3(inventory: list[str], vault: VaultOptions, options: AnsibleOptions
               connection: ConnectionOptions, yes: bool, lock_wait: float,
               rotate_owner: bool) -> None:
     from deploy_kit.cli.converge_cmds import run_playbook
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
 
     site = open_site(inventory, vault.secrets())
     if not site.group("ceph_admin"):
@@ -113,8 +113,8 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
     two command modules do not import each other."""
     from deploy_kit.cli.converge_cmds import run_playbook
     from deploy_kit.config import site_secrets
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops import secrets_store
+    from deploy_kit.ops.site import open_site
 
     site = open_site(inventory, vault.secrets())
     name = "vllm_api_key"
@@ -183,8 +183,8 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
     with the same next values)."""
     from deploy_kit.cli.converge_cmds import run_playbook
     from deploy_kit.config import site_secrets
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops import secrets_store
+    from deploy_kit.ops.site import open_site
 
     if management:
         raise RotationRefused(

@@ -52,7 +52,7 @@ class Origin:
 
 
 def _open(inventory: list[str], vault: VaultOptions) -> Site:
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
 
     # the inventory's own values: the store is read apart, never merged in
     return open_site(inventory, vault.secrets())

@@ -43,8 +43,8 @@ def plan(inventory: InventoryOpt,
     """Sizing and rollout plan: bytes per token, chunk objects, DRAM, pools, DNS, order.
     Reads the inventory alone, unless --upgrade."""
     from deploy_kit.cli.plan_view import show_plan
-    from deploy_kit.config.open import open_site
     from deploy_kit.core.envelope import dumps
+    from deploy_kit.ops.site import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
 
@@ -107,9 +107,9 @@ def render(inventory: InventoryOpt,
     import shutil
     import tempfile
 
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.outdir import check_replaceable, replace_tree
     from deploy_kit.ops.rundir import role_tree, with_settings
+    from deploy_kit.ops.site import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.render.files import render_site
 
@@ -159,7 +159,7 @@ def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
              vault_password_file: VaultPasswordFileOpt = None,
              ask_vault_pass: AskVaultOpt = False) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
 
     secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
@@ -183,7 +183,7 @@ def wheelhouse(inventory: InventoryOpt,
     """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
     Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
     from deploy_kit.ops.wheelhouse import Recipe, build
 
     if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):

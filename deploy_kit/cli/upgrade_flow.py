@@ -146,8 +146,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
              refuse_bad_input: Callable[[Site, AnsibleOptions], None]) -> None:
     """`up`: read the records; no upgrade pending, one ordinary run; else the waves."""
     from deploy_kit.cli.connection import reaching
-    from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import limited_hosts
+    from deploy_kit.ops.site import open_site
     from deploy_kit.ops.site_lock import site_lock
     from deploy_kit.ops.upgrade import FlowError, plan_waves
 

@@ -52,9 +52,9 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
             roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json"),
             connection: ConnectionOptions | None = None) -> None:
-    from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import SelectionError
     from deploy_kit.ops.secrets_store import with_stored
+    from deploy_kit.ops.site import open_site
     from deploy_kit.verify import report
     from deploy_kit.verify.model import Status
     from deploy_kit.verify.run import verify_pass

@@ -203,11 +203,17 @@ class HostConfig(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     # --- site: the S3 name every client uses, versions, secrets ---------------------------
+    # the name every S3 client uses, and <bucket>.<name> (LMCache's requests are
+    # virtual-hosted): the site's DNS answers both with the gateways
     deploykit_s3_fqdn: str = "s3.cephlab.com"
+    # the bucket of the LMCache objects (no dot: virtual-hosted names carry it as a label)
     deploykit_s3_bucket: str = Field(default="lmcache", min_length=3, max_length=63,
                                      pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
+    # the gateways' S3 port, where each HAProxy concentrator listens (443 is usual with TLS)
     deploykit_s3_port: int = Field(default=80, ge=1, le=65535)
+    # the region S3 requests are signed for (LMCache's s3_region, the hosts' AWS profile)
     deploykit_s3_region: str = "default"
+    # HTTPS to the gateways with certificates from the site CA; LMCache's disable_tls follows
     deploykit_s3_tls: bool = False
     # TLS (deploykit_s3_tls: true): the site CA. Unset: deploykit creates one once per
     # inventory in deploykit_tls_dir. Set: controller paths of an existing CA (PEM) whose
@@ -548,13 +554,17 @@ class HostConfig(BaseModel):
     vllm_extra_args: list[str] = Field(default_factory=list)
     # variables added to vllm.env (0644) over deploykit's own; credentials there are refused
     vllm_extra_env: dict[str, str] = Field(default_factory=dict)
+    # the virtual environment on the serving host that vLLM and LMCache are installed into
     vllm_venv: str = "/opt/vllm"
     vllm_user: str = "vllm"
     # serving hosts `up` restarts at a time (serving.yml serial), as the vllm group sets it
     vllm_serial: int = Field(default=1, ge=1, le=10_000)
     # read by nothing at present: no render, rule or role uses it
     vllm_concurrent_requests: int = Field(default=16, ge=1, le=1_000_000)
+    # false: vLLM is installed out of band into vllm_venv; the serving role installs no vLLM
     vllm_install: bool = True
+    # a controller directory of wheels (the site's wheelhouse) vLLM installs from instead of
+    # PyPI; needed for ROCm and Gaudi3 builds (relative: to the inventory)
     vllm_wheel_dir: str = ""
     vllm_health_timeout: int = Field(default=1800, ge=10, le=86400)
     vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
@@ -649,7 +659,7 @@ class HostConfig(BaseModel):
         if default == "server" and "LMCacheMPConnector" not in vllm.lmcache_connectors:
             default = "inprocess"  # a vLLM without the MP connector (0.10)
         if default == "server" and data.get("lmcache_mode") == "nixl":
-            default = "inprocess"  # the server's NIXL adapter shares no keys (rules.py)
+            default = "inprocess"  # the server's NIXL adapter shares no keys (rules_accelerators)
         return {**data, "lmcache_topology": default} if default else data
 
     # --- value checks: what is pasted into config text is typed, so it cannot break the file ---

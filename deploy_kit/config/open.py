@@ -1,4 +1,5 @@
-"""One call from --inventory arguments to a validated Site (no host is contacted)."""
+"""From --inventory arguments to a Site checked by the rules it is given (no host is
+contacted). Commands open a site through ops/site.py, which gives every rule."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from deploy_kit.config.ansible_inventory import load_with_ansible
 from deploy_kit.config.fit import with_server_l1
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.raw import RawInventory
+from deploy_kit.config.rulebook import Rule
 from deploy_kit.config.rules import validate_site
 from deploy_kit.config.rules_inventory import validate_raw
 from deploy_kit.config.site import Site, build_site
@@ -18,10 +20,11 @@ from deploy_kit.core.errors import InventoryError
 from deploy_kit.project import inventories_dir, project_dir
 
 
-def open_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None = None) -> Site:
+def load_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None = None, *,
+              rules: Sequence[Rule]) -> Site:
     """The site of one inventory (name or path), or of several sources merged as
-    ansible-playbook merges several -i. `vault`: the run's secrets (a Path: one
-    --vault-password-file)."""
+    ansible-playbook merges several -i, checked by `rules` (the raw inventory's own rules
+    always). `vault`: the run's secrets (a Path: one --vault-password-file)."""
     secrets = vault if isinstance(vault, VaultSecrets) else from_password_file(vault)
     names = [inventory] if isinstance(inventory, str) else [str(i) for i in inventory]
     # a source named twice is read once, as Ansible reads it
@@ -33,7 +36,7 @@ def open_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None 
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
         site = with_server_l1(site)  # the LMCache server's computed L1 (config/fit.py)
-        problems += more + validate_site(site) + validate_raw(raw)
+        problems += more + validate_site(site, rules) + validate_raw(raw)
     if problems:
         raise InventoryError(problems)
     return dataclasses.replace(site, vault=secrets, sources=tuple(paths))

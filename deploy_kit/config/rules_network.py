@@ -1,7 +1,7 @@
 """Addresses that cannot work together (class 7 of the 2026-12-06 review).
 
 site.address_problem refuses addresses no host can be reached at (unspecified, multicast,
-link-local, reserved; IPv6 in the IPv4-only tiers); host_ports_distinct (rules.py) every
+link-local, reserved; IPv6 in the IPv4-only tiers); host_ports_distinct (rules_ports.py) every
 port clash on one host. Here: what only the whole site shows. A loopback address reaches
 only the host itself, so it is refused in a tier of peers whose others have real
 addresses; Consul's HTTP address must be one the agent can bind; CoreDNS

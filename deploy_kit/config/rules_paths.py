@@ -248,7 +248,7 @@ def controller_dir_problem(site: Site, given: Path,
     """Why a controller directory deploykit writes to or ships to hosts may not be
     `given` (resolved through symlinks), or None: never `/`, a system directory or one
     above it, a system tree, a credentials directory, the home directory or the inventory,
-    nor anything above them. (The CA's directory adds its own conditions: rules.py.)"""
+    nor anything above them. (The CA's directory adds its own conditions: rules_tls.py.)"""
     target = given.resolve()
     text = str(target)
     inventory = site.root.resolve()

@@ -44,7 +44,7 @@ NEXT = {name: f"{name}_next" for name in ("vllm_api_key", "consul_acl_agent_toke
                                           "consul_gossip_key")}
 # what a plain `up` cannot roll out after the first one: Consul keeps the bootstrap
 # management token and the gossip keyring it started with, and an agent/service/DNS token
-# `up` replaces stays valid in Consul until removed there (issue 35: rotation)
+# `up` replaces stays valid in Consul until removed there (`secrets rotate` does both)
 NOT_ROTATABLE = {
     "consul_acl_management_token": "Consul keeps the management token of its ACL bootstrap; "
                                    "a new value would lock `up` out of the ACL API",

@@ -9,9 +9,8 @@ renderers emit for the host, with each of the host's settings changed in turn (s
 rendered only when a setting is on are owned too), each key mapped to the setting whose
 change made it appear or change. Genuinely extra keys stay accepted.
 
-A site rule that needs the renderers lives in the render layer and registers itself in
-config.rules.RULES when imported: the CLI (cli/app.py) and the collection's controller
-helper import it before any site is opened.
+The two site rules here need the renderers, so they live in the render layer; ops/site.py
+adds RULES to config's rules in SITE_RULES, the list every command validates a site with.
 """
 
 from __future__ import annotations
@@ -26,11 +25,17 @@ from pydantic import ValidationError
 
 from deploy_kit.config.instances import DEVICE_ENV
 from deploy_kit.config.models import SECRET_KEYS, HostConfig
-from deploy_kit.config.rules import _DATA_PARALLEL, _SECRET_NAME, _src, _weight, rule
+from deploy_kit.config.rulebook import DATA_PARALLEL as _DATA_PARALLEL
+from deploy_kit.config.rulebook import SECRET_NAME as _SECRET_NAME
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
+from deploy_kit.config.rulebook import weight as _weight
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry
 from deploy_kit.render.lmcache import NIXL_PARAMS
+
+RULES, rule = collector()
 
 KNOBS = {"vllm_extra_args", "vllm_extra_env", "vllm_kv_transfer_extra", "lmcache_extra_config",
          "lmcache_top_level_config"}
@@ -39,7 +44,7 @@ _SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
 _ENV_FLAG = {"VLLM_API_KEY": "--api-key"}
 # reported by other rules (one line per problem): devices (instances_fit_devices), TLS
 # (tls_consistent), chunk metadata (lmcache_extra_config_valid), the chunk-key hash
-# (sharing_hosts_agree's _chunk_hash_problems)
+# (lmcache_extra_config_valid's _chunk_hash_problems)
 _ELSEWHERE = {*DEVICE_ENV.values(), "disable_tls", "save_chunk_meta",
               "pre_caching_hash_algorithm"}
 DEPLOYKIT = "deploykit"  # rendered whatever the settings say

@@ -101,7 +101,7 @@ def _nixl_extra(c: HostConfig, geometry: ModelGeometry | None = None) -> dict[st
 
 
 # Top-level keys deploykit renders from its own settings: LMCache reads them only at the
-# top level, so a copy inside lmcache_extra_config is refused (config/rules.py).
+# top level, so a copy inside lmcache_extra_config is refused (render/knobs.py).
 OWNED_TOP_LEVEL_KEYS = frozenset({
     "chunk_size", "local_cpu", "max_local_cpu_size", "remote_url", "remote_serde",
     "nixl_buffer_device", "nixl_buffer_size", "local_disk", "max_local_disk_size",

@@ -56,7 +56,7 @@ def host_pem_path(root: Path, c: HostConfig, host_name: str) -> Path:
 def dns_names(c: HostConfig) -> list[str]:
     """`<fqdn>` and `*.<fqdn>`: LMCache sends only virtual-hosted requests, so every Host is
     `<bucket>.<fqdn>`; a wildcard covers exactly one label (bucket names carry no dot,
-    rules.s3_name_consistent)."""
+    rules_storage.s3_name_consistent)."""
     return [c.deploykit_s3_fqdn, f"*.{c.deploykit_s3_fqdn}"]
 
 

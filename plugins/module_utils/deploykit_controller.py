@@ -30,9 +30,8 @@ def vault_pairs(loader: Any) -> list[tuple[str, Any]]:
 
 def open_site(args: dict[str, Any], task_vars: dict[str, Any], loader: Any) -> Any:
     """The validated Site of the run's inventory, opened with the run's secrets."""
-    from deploy_kit.config.open import open_site as open_sources
     from deploy_kit.config.vault import VaultSecrets
-    from deploy_kit.render import knobs  # noqa: F401 (registers the pass-through rule)
+    from deploy_kit.ops.site import open_site as open_sources  # every rule (SITE_RULES)
 
     sources = inventory_sources(args, task_vars)
     return open_sources(sources, VaultSecrets.of_pairs(vault_pairs(loader)))

@@ -26,7 +26,7 @@ import dns.query
 import dns.rcode
 import pytest
 
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import consul as consul_render
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.model import ConsulView

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.config.site import Site
 from deploy_kit.ops import consul_tls, tls
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 

@@ -20,7 +20,7 @@ import dns.rcode
 import dns.rrset
 import pytest
 
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 from tests.integration.test_consul_dns import free_port

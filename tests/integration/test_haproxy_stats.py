@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.ops import tls
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import tls as tls_names
 from deploy_kit.render.files import render_site
 from tests.conftest import BASE_HOSTS, InventoryFactory

@@ -23,8 +23,8 @@ from typing import ClassVar
 import pytest
 
 import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
-from deploy_kit.config.open import open_site
 from deploy_kit.ops import tls
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import tls as tls_names
 from deploy_kit.render.files import render_site
 from deploy_kit.transport.sigv4 import Credentials, request

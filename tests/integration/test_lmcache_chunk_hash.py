@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import lmcache_server
 from deploy_kit.render.files import render_site
 from tests.conftest import CPU_TWO_INSTANCES, REPO, InventoryFactory

@@ -249,7 +249,7 @@ def _noautoscale(conf: Path) -> bool:
 
 def test_cluster_wide_noautoscale_only_when_asked_and_restored(loopback: Loopback,
                                                               tmp_path: Path) -> None:
-    """roles/ceph_rgw_pools (issue 36 item 3) on a real Ceph: the default leaves the flag
+    """roles/ceph_rgw_pools (the PG autoscaler flag) on a real Ceph: the default leaves the flag
     alone; asked, it sets and records it once; `down`'s restore clears it, and an admin's
     own flag (no record) survives."""
     from tests.unit.test_autoscale_flag import run_tasks

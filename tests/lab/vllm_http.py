@@ -40,8 +40,8 @@ def metric(address: str, name: str, port: int = 8000) -> float:
 
 @functools.lru_cache(maxsize=4)
 def _site(stamp: tuple[float, ...]) -> Any:
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.secrets_store import with_stored
+    from deploy_kit.ops.site import open_site
 
     vault = Path(VAULT_PASSWORD) if (LAB_INVENTORY / "group_vars" / "all" / "vault.yml").exists() \
         else None

@@ -1,4 +1,4 @@
-"""The PG autoscaler (issue 36 item 3): deploykit's pools are per-pool `autoscale_mode off`;
+"""The PG autoscaler: deploykit's pools are per-pool `autoscale_mode off`;
 Ceph's cluster-wide `noautoscale` flag is set only when ceph_rgw_pools_noautoscale asks, is
 recorded in a config-key, and is cleared (by `down`, or a run without the setting) only when
 deploykit set it. The role's own task files run through ansible-playbook against a `ceph`
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from tests.conftest import REPO
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.geometry import ModelGeometry, chunk_layout
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import RenderedFile, UnsafeOutput, render_site, write_tree
 from tests.cli import Result, run_cli

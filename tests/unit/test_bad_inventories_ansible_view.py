@@ -1,4 +1,5 @@
-"""deploykit validates what Ansible reads, bounded (issue 34, classes 1, 10 and 11).
+"""deploykit validates what Ansible reads, bounded (defect classes 1, 10 and 11 of the
+2026-12-06 audit, review-2026-12-06/reliability.md §2).
 
 - Class 1: the group_vars/host_vars files Ansible reads (its find_vars_files: `all`
   hides `all.yml`, directories recurse, `.json` counts) and every inventory source in a
@@ -382,6 +383,7 @@ def test_every_setting_takes_edge_values_without_a_crash(tmp_path: Path) -> None
     from deploy_kit.config.rules import validate_site
     from deploy_kit.config.site import build_site
     from deploy_kit.config.vault import VaultSecrets
+    from deploy_kit.ops.site import SITE_RULES
     from deploy_kit.render.files import render_site
     from deploy_kit.safe_read import load_yaml
 
@@ -400,7 +402,7 @@ def test_every_setting_takes_edge_values_without_a_crash(tmp_path: Path) -> None
             try:
                 site, problems = build_site(base)
                 site = with_server_l1(site)
-                problems += validate_site(site)
+                problems += validate_site(site, SITE_RULES)
                 if not problems:
                     accepted += 1
                     render_site(site)

@@ -1,4 +1,4 @@
-"""Corpus additions for issue 34's classes 2-6 (entries that apply to nothing, host
+"""Corpus additions for the audit's defect classes 2-6 (entries that apply to nothing, host
 identity, templating, pass-through knobs, fleet agreement), run through the same checks as
 tests/unit/test_bad_inventories.py; and controls: the ordinary forms of each that must stay
 valid (exit 0)."""

@@ -1,6 +1,7 @@
-"""A red-team corpus for issue 34: new spellings, settings, files and combinations of the 13
-defect classes of the 2026-12-06 audit (review-2026-12-06/reliability.md §2), written as the
-author of a hidden corpus would, plus controls an ordinary operator writes that must pass.
+"""A red-team corpus for the bad-inventory checks: new spellings, settings, files and
+combinations of the 13 defect classes of the 2026-12-06 audit
+(review-2026-12-06/reliability.md §2), written as the author of a hidden corpus would, plus
+controls an ordinary operator writes that must pass.
 
 Names start with the class number (`c4-` = templating in settings). Bad cases run validate and
 render through the real CLI (exit 3, one line per problem naming file and key with a hint,

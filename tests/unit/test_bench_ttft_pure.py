@@ -192,8 +192,8 @@ def test_plot_is_a_labelled_png(tmp_path: Path) -> None:
 
 def test_fewer_than_two_serving_hosts_is_a_one_line_error(
         make_inventory: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from deploy_kit.config.open import open_site
     from deploy_kit.core.errors import HostsUnreachable
+    from deploy_kit.ops.site import open_site
 
     site = open_site(str(make_inventory()))
     answering = {site.group("vllm")[0].address}

@@ -1,4 +1,4 @@
-"""cephadm mode re-applies nothing on a re-run (issue 36 item 2): deploykit renders the RGW
+"""cephadm mode re-applies nothing on a re-run: deploykit renders the RGW
 spec as `ceph orch ls --export` prints it, and the role compares both sides after the same
 normalisation. Checked against Ceph's own ServiceSpec: fixtures it produced
 (tests/unit/data/cephadm_spec_export.json, tools/cephadm_spec_fixtures.py), the real code
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.cephadm_spec import export_shape
 from deploy_kit.render.files import render_site, write_tree
 from tests.conftest import REPO, InventoryFactory

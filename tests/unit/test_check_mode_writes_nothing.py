@@ -14,9 +14,9 @@ import pytest
 
 from deploy_kit.ansible import runner
 from deploy_kit.ansible.events import RunRecord
-from deploy_kit.config.open import open_site
 from deploy_kit.ops import tls
 from deploy_kit.ops.rundir import SETTINGS_PATH
+from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory
 

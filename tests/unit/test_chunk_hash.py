@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import lmcache_server
 from deploy_kit.render.files import render_site
 from deploy_kit.render.lmcache import OWNED_TOP_LEVEL_KEYS, build_lmcache_config

@@ -93,14 +93,14 @@ def _raise(exc: BaseException) -> Callable[..., None]:
 def test_exceptions_become_exit_codes_in_process(monkeypatch: pytest.MonkeyPatch,
                                                  exc: BaseException, code: int,
                                                  says: str) -> None:
-    monkeypatch.setattr("deploy_kit.config.open.open_site", _raise(exc))
+    monkeypatch.setattr("deploy_kit.ops.site.open_site", _raise(exc))
     result = run("validate", "-i", "example")
     assert result.returncode == code, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
 
 
 def test_debug_shows_the_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("deploy_kit.config.open.open_site", _raise(RuntimeError("boom")))
+    monkeypatch.setattr("deploy_kit.ops.site.open_site", _raise(RuntimeError("boom")))
     assert "--debug" in run("validate", "-i", "example").stderr
     result = run("validate", "-i", "example", "--debug")
     assert result.returncode == 1 and "Traceback" in result.stderr

@@ -15,7 +15,7 @@ import pytest
 
 from deploy_kit.cli.connection import on_site, reaching
 from deploy_kit.cli.options import ConnectionOptions
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory
 

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import consul
 from deploy_kit.render.files import render_site, write_tree
 from tests.conftest import InventoryFactory

@@ -12,10 +12,10 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
 from deploy_kit.ops import consul_tls, tls
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import consul as consul_render
 from deploy_kit.render import consul_tls as names
 from deploy_kit.render.files import render_site
@@ -157,7 +157,7 @@ def test_check_mode_writes_nothing_beside_the_inventory(make_inventory: Inventor
 
 def test_a_mixed_fleet_is_refused(make_inventory: InventoryFactory) -> None:
     """A TLS server refuses a plain agent's RPC: one value for every agent (exit 3)."""
-    from deploy_kit.config.rules import consul_tls_agrees
+    from deploy_kit.config.rules_dns import consul_tls_agrees
 
     with pytest.raises(InventoryError) as mixed:
         open_site(str(make_inventory(all={"deploykit_dns_mode": "consul"},

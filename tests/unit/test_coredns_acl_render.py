@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.dns import allowed_networks, bind_addresses
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.checks.dns import answer_count

@@ -1,4 +1,4 @@
-"""Issue 36 item 5 (currency): the example on a verified Ceph, ansible-core's bound, and a
+"""Currency: the example on a verified Ceph, ansible-core's bound, and a
 newer Consul selectable with its licence stated and its archive pinned."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core import compat
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from tests.conftest import REPO, InventoryFactory
 

@@ -1,4 +1,4 @@
-"""Issue 32 (the pure core): memory that fits, instances, accelerator-correct stacks, the
+"""The pure core: memory that fits, instances, accelerator-correct stacks, the
 server's L1 and one key format per sharing group. Each case fails on the numbers."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from deploy_kit.config import fit
 from deploy_kit.config.models import AcceleratorModelName, HostConfig
-from deploy_kit.config.open import open_site
-from deploy_kit.config.rules import ports_in_use
+from deploy_kit.config.rules_ports import ports_in_use
 from deploy_kit.core import compat
 from deploy_kit.core.errors import InventoryError
 from deploy_kit.core.geometry import find_preset, kv_bytes_per_token_per_device, presets
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
 from tests.unit.test_validation import problems

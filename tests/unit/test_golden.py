@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site, write_tree
 from tests.conftest import REPO
 

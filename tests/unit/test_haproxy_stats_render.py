@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from tests.conftest import REPO, InventoryFactory
 

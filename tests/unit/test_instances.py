@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from deploy_kit.config.open import open_site
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.probes.serving_probe import exec_argv
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory

@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 
 

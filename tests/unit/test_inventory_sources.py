@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import BASE_HOSTS, VAULT_PASSWORD, InventoryFactory, vault_password_file
 
@@ -177,8 +177,8 @@ def test_links_may_point_inside_the_repository_but_not_out_of_it(tmp_path: Path)
     and works; the same link in an inventory outside any repository is refused unread."""
     import yaml
 
-    from deploy_kit.config.open import open_site
     from deploy_kit.core.errors import InventoryError
+    from deploy_kit.ops.site import open_site
     from tests.conftest import BASE_HOSTS
 
     repo = tmp_path / "repo"

@@ -241,7 +241,7 @@ def test_the_graph_sees_real_edges() -> None:
     assert "config" in between_layers["plan"]
     assert "transport" in between_layers["cache"]
     assert "deploy_kit.config.site" in edges["deploy_kit.plan.plan"]
-    assert "deploy_kit.config.open" in edges["deploy_kit.cli.site_cmds"]  # inside a function
+    assert "deploy_kit.ops.site" in edges["deploy_kit.cli.site_cmds"]  # inside a function
     assert "deploy_kit.config.names" in edges["deploy_kit.render.files"]  # from package import
     assert "deploy_kit.verify.roundtrip" in edges["deploy_kit.plugins"]  # under TYPE_CHECKING
 

@@ -1,4 +1,4 @@
-"""min_retrieve_tokens from each serving group's break-even (issue 36 item 4), and the
+"""min_retrieve_tokens from each serving group's break-even, and the
 compat-checked passthrough for LMCache's other top-level keys (lmcache_top_level_config)."""
 
 from __future__ import annotations
@@ -8,12 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-import deploy_kit.render.knobs  # noqa: F401  (registers knobs_do_not_override)
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.open import open_site
 from deploy_kit.core import compat
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.core.geometry import find_preset
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan import breakeven
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import render_site

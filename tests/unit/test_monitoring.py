@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.open import open_site
 from deploy_kit.config.site import Site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import monitoring
 from deploy_kit.render.consul import consul_scrapable
 from deploy_kit.render.files import render_site, write_tree

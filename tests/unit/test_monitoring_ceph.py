@@ -1,4 +1,4 @@
-"""Issue 36 item 5 (monitoring): no dashboard panel reads a job the site never scrapes; Ceph
+"""Monitoring currency: no dashboard panel reads a job the site never scrapes; Ceph
 op-latency and recovery alerts from the mgr exporter, proven by promtool; every listed mgr
 is scraped (only the active one serves data)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import monitoring
 from tests.conftest import REPO, InventoryFactory
 from tests.unit.test_monitoring import promtool, site_of, write_cluster

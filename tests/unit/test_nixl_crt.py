@@ -1,4 +1,4 @@
-"""NIXL OBJ's S3 CRT client (issue 36 item 1): crtMinLimit from the chunk object size,
+"""NIXL OBJ's S3 CRT client: crtMinLimit from the chunk object size,
 throughput_target_gbps from deploykit_storage_gbps, and lmcache_extra_config merging NIXL's
 backend params key by key, with deploykit's own params still refused there."""
 
@@ -8,9 +8,8 @@ from typing import Any
 
 import yaml
 
-import deploy_kit.render.knobs  # noqa: F401  (registers knobs_do_not_override)
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from deploy_kit.render.lmcache import CRT_MIN_PART_BYTES, crt_min_limit, object_bytes
 from tests.conftest import InventoryFactory

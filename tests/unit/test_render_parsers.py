@@ -11,8 +11,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core import compat
+from deploy_kit.ops.site import open_site
 from deploy_kit.ops.tls import CA, create_ca, issue
 from deploy_kit.render.files import render_site
 from deploy_kit.render.tls import HAPROXY_PEM_PATH

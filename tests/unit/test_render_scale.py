@@ -1,10 +1,10 @@
-"""What the fleet-scale shortcuts (issue 36) must keep: each equals the plain computation it
-replaced, on the shipped example and on words that need quoting."""
+"""What the fleet-scale shortcuts (bench/render_scale.py) must keep: each equals the plain
+computation it replaced, on the shipped example and on words that need quoting."""
 
 from __future__ import annotations
 
-from deploy_kit.config.open import open_site
 from deploy_kit.config.site import GROUPS
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import monitoring
 from deploy_kit.render.templating import (
     environment,

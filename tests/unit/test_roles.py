@@ -127,8 +127,8 @@ def _reads(documents: list[Any], pattern: re.Pattern[str]) -> set[str]:
 def _rendered_settings_names() -> frozenset[str]:
     """Every name some host's settings.json holds, over the example site and the golden sites
     (a computed name appears only where it applies: TLS, a serving host, a local model)."""
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+    from deploy_kit.ops.site import open_site
 
     names: set[str] = set()
     for inventory in [REPO / "inventory" / "example",
@@ -175,8 +175,8 @@ def test_one_serving_role_keeps_the_phase_tags_of_the_three_it_replaced() -> Non
 def test_the_rendered_instances_carry_what_the_serving_role_reads() -> None:
     """The contract between the render and the role's instance loops: each _vllm_instances
     entry has the keys the tasks read, and the tree holds the env file and unit it names."""
-    from deploy_kit.config.open import open_site
     from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+    from deploy_kit.ops.site import open_site
 
     tasks = "\n".join(p.read_text() for p in (REPO / "roles" / "serving" / "tasks").glob("*.yml"))
     read = set(re.findall(r"\b(?:item|__serving_instance)\.([a-z_]+)", tasks))

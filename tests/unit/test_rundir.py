@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.ansible.extra_vars import check_extra_vars
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
 from deploy_kit.ops.rundir import SETTINGS_PATH, SITE_PATH, role_tree, write_run_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from tests.cli import run_cli
 from tests.conftest import REPO, InventoryFactory
@@ -104,7 +104,7 @@ def test_ansible_knobs_pass_and_run_vars_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "vars.yml"
     path.write_text("ansible_user: root\nansible_ssh_common_args: -o X=1\n")
     check_extra_vars((path,))
-    # deploykit's own run variables: an -e after deploykit's would win (issue 34, M1)
+    # deploykit's own run variables: an -e after deploykit's would win
     path.write_text("ansible_user: root\ndeploykit_render_dir: /tmp/x\n")
     with pytest.raises(InventoryError, match="deploykit_render_dir"):
         check_extra_vars((path,))

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from deploy_kit.config.models import HostConfig
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError, Problem
 from deploy_kit.ops.rundir import SITE_PATH, role_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import CLUSTER
 from deploy_kit.render.s3_access import PROBE_PREFIX, bucket_policy, serving_user

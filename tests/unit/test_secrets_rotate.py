@@ -120,7 +120,7 @@ def test_refusals_touch_nothing(make_inventory: InventoryFactory, tmp_path: Path
 def test_a_site_without_the_key_or_with_a_vaulted_key_is_refused(
         make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory(vllm={"vllm_api_key_required": False})
-    result = rotate(root, tmp_path, "vllm_api_key", "--yes")  # the name before issue 35
+    result = rotate(root, tmp_path, "vllm_api_key", "--yes")  # the name before rotation by service
     assert result.returncode == 2 and "not used" in result.stderr
     vaulted = make_inventory(vllm={"vllm_api_key": "{{ vault_vllm_api_key }}"}, files={
         "group_vars/all/vault.yml": encrypt(yaml.safe_dump({"vault_vllm_api_key": "k" * 30}))})

@@ -20,9 +20,9 @@ from deploy_kit.ansible import runner
 from deploy_kit.ansible.command import playbook_argv
 from deploy_kit.ansible.events import RunRecord
 from deploy_kit.config import site_secrets
-from deploy_kit.config.open import open_site
 from deploy_kit.config.vault import from_password_file
 from deploy_kit.ops import secrets_store
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import security_opt_outs
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory

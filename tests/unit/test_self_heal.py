@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from deploy_kit.agents import lmcache_heal
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render import self_heal
 from deploy_kit.render.files import render_site

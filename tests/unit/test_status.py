@@ -221,7 +221,7 @@ def test_run_records_of_this_inventory_newest_first(tmp_path: Path) -> None:
 
 
 def _site(make_inventory: InventoryFactory, **vars_: object) -> Site:
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
 
     return open_site([str(make_inventory(CPU_TWO_INSTANCES, all={
         "deploykit_dns_mode": "consul", **vars_}))])

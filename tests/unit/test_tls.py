@@ -15,10 +15,10 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError
 from deploy_kit.ops import tls
 from deploy_kit.ops.rundir import SETTINGS_PATH, role_tree
+from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import render_site
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory

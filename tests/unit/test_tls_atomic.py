@@ -11,8 +11,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from deploy_kit.config.open import open_site
 from deploy_kit.ops import tls
+from deploy_kit.ops.site import open_site
 from tests.conftest import InventoryFactory
 
 TLS = {"deploykit_s3_tls": True, "deploykit_s3_port": 443, "deploykit_s3_fqdn": "s3.t.test"}

@@ -8,10 +8,10 @@ import json
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
-from deploy_kit.config.rules import accelerator_wheels_available
+from deploy_kit.config.rules_accelerators import accelerator_wheels_available
 from deploy_kit.core import compat
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render.files import render_site
 from deploy_kit.render.vllm import vllm_argv, vllm_env

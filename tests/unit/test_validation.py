@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.ops.site import open_site
 from tests.conftest import BASE_HOSTS, InventoryFactory
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy_kit.config.open import open_site
 from deploy_kit.config.vault import (
     VaultIdentity,
     VaultSecrets,
@@ -22,6 +21,7 @@ from deploy_kit.config.vault import (
     vault_id_of,
 )
 from deploy_kit.core.errors import InventoryError
+from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import BASE_HOSTS, InventoryFactory
 

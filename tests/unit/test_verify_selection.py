@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.config.selection import SelectionError, check_ids, limited_hosts
+from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory
 

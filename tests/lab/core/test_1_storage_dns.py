@@ -118,7 +118,7 @@ def test_secret_key_appears_in_no_output_or_run_record(converged: Lab) -> None:
 
 
 def test_bucket_is_bounded_by_plans_quota(converged: Lab) -> None:
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
     from deploy_kit.render.s3_access import quota_bytes
 
     expected = quota_bytes(open_site(str(LAB_INVENTORY)))

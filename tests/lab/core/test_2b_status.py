@@ -1,4 +1,4 @@
-"""`deploykit status -i lab --json` on the converged lab (issue 35's done-when): every host
+"""`deploykit status -i lab --json` on the converged lab (docs/day2.md, status): every host
 listed with its units active and the versions it really runs, both gateways in DNS and
 passing in Consul, no breaker tripped, each host's last converge ok. One status call: it
 must stay cheap (a few seconds) in `make test`.
@@ -26,7 +26,7 @@ VERSION = re.compile(r"^\d+\.\d+\.\d+")
 
 def _pins() -> tuple[str, str]:
     """The vLLM and LMCache versions the lab inventory pins (what `up` installed)."""
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
 
     c = open_site([str(LAB_INVENTORY)]).hosts["lab3"].config
     return c.vllm_version, c.lmcache_version

@@ -1,4 +1,4 @@
-"""Removing a gateway host under load, then adding it back (issue 35, deliverable 3).
+"""Removing a gateway host under load, then adding it back (docs/day2.md, remove).
 
 `deploykit remove -i lab lab2 --yes` while a client keeps sending fresh prompts to both
 serving hosts: lab2 leaves DNS (Consul maintenance, every CoreDNS stops naming it, the TTL),
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from deploy_kit.config.open import open_site
 from deploy_kit.ops.secrets_store import read_store
+from deploy_kit.ops.site import open_site
 from tests.lab.conftest import LAB_INVENTORY, Lab, record_timing
 from tests.lab.failover.test_consul_failover import answers, wait_dns
 from tests.lab.load import FreshPrompts

@@ -1,4 +1,4 @@
-"""A tier that heals itself (issue 35, deliverable 5): under load, both concentrators stop
+"""A tier that heals itself (docs/day2.md, self-heal): under load, both concentrators stop
 long enough for the LMCache server of each serving host to turn S3 off (its breaker); once
 storage is back, with no operator command, each host's agent (deploykit-lmcache-heal.timer,
 render/self_heal.py) restarts its LMCache, one host at a time (the lease in the bucket),
@@ -51,7 +51,7 @@ TIMINGS = Path("/tmp/deploykit-lab-self-heal.json")  # the numbers docs/day2.md 
 
 def replicas() -> list[tuple[str, str, int]]:
     """(host, address, port) of every vLLM instance of the lab, from its inventory."""
-    from deploy_kit.config.open import open_site
+    from deploy_kit.ops.site import open_site
     from deploy_kit.render.vllm import host_instances
 
     site = open_site(str(LAB_INVENTORY))

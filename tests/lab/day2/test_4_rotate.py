@@ -1,4 +1,4 @@
-"""Rotating secrets under load (docs/day2.md, "Rotating secrets"; issue 35 item 6): while a
+"""Rotating secrets under load (docs/day2.md, "Rotating secrets"): while a
 client keeps sending fresh prompts, `deploykit secrets rotate -i lab s3 --yes` gives the
 serving hosts a new S3 key one host at a time and deletes the old one, with no failed
 prompt; RGW then refuses the old key, the hosts' credential files hold the new one, and

@@ -1,0 +1,93 @@
+"""The site's shape and what every host must agree on: the groups a site needs, pinned
+versions the compatibility table knows, site-wide values, and the values every host that
+shares the bucket must share (or their cache keys never match)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from deploy_kit.config.models import HostConfig
+from deploy_kit.config.rulebook import agree as _agree
+from deploy_kit.config.rulebook import collector
+from deploy_kit.config.rulebook import src as _src
+from deploy_kit.config.site import Site
+from deploy_kit.core import compat
+from deploy_kit.core.errors import Problem
+
+RULES, rule = collector()
+
+
+@rule
+def groups_present(site: Site) -> Iterator[Problem]:
+    """Every tier needs hosts: rgw and dns always, consul_servers in consul mode."""
+    needed = ["rgw", "dns", "ceph_admin"]
+    if site.settings.deploykit_dns_mode == "consul":
+        needed.append("consul_servers")
+    for group in needed:
+        if not site.group(group) and not {group, "all"} & site.rejected_groups:
+            yield Problem(site.hosts_file, group, "group has no hosts",
+                          f"add at least one host under children: {group}:")
+    for host in site.group("vllm"):
+        if host.config.vllm_accelerator is None:
+            yield Problem(_src(site, host, "vllm_accelerator"), "vllm_accelerator",
+                          f"host {host.name} has no accelerator",
+                          "set vllm_accelerator: cuda | rocm | gaudi3 | cpu")
+
+
+@rule
+def versions_supported(site: Site) -> Iterator[Problem]:
+    """Pinned versions must be in the compatibility table (deploy_kit/data/compat.yaml)."""
+    checks: list[tuple[str, Callable[[str], Any]]] = [
+        ("lmcache_version", compat.lmcache), ("vllm_version", compat.vllm),
+        ("deploykit_ceph_version", compat.ceph)]
+    for host in site.hosts.values():
+        for key, lookup in checks:
+            value = getattr(host.config, key)
+            try:
+                lookup(value)
+            except ValueError as exc:
+                yield Problem(_src(site, host, key), key, str(exc),
+                              "pin a supported version", hosts=(host.name,))
+
+
+@rule
+def site_values_agree(site: Site) -> Iterator[Problem]:
+    """Site-wide values (the S3 name, bucket, port, DNS mode) must be one value everywhere."""
+    keys = ("deploykit_s3_fqdn", "deploykit_s3_bucket", "deploykit_s3_port",
+            "deploykit_s3_region", "deploykit_dns_mode", "deploykit_s3_tls")
+    yield from _agree(site, list(site.hosts.values()), keys, "every host")
+
+
+@rule
+def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
+    """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
+    keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
+            "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
+            "lmcache_mode", "lmcache_topology", *IDENTITY_KEYS)
+    hosts = site.group("vllm")
+    yield from _agree(site, hosts, keys, "every vllm host")
+    # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
+    # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
+    # LMCache series may change either (deploy_kit/cache/keys.py)
+    series = {h.name: ".".join(h.config.lmcache_version.split(".")[:2]) for h in hosts}
+    if len(set(series.values())) > 1:
+        ordered = list(dict.fromkeys(series.values()))  # ties: the first host's series
+        majority = max(ordered, key=list(series.values()).count)
+        for host in hosts:
+            if series[host.name] != majority:
+                yield Problem(_src(site, host, "lmcache_version"), "lmcache_version",
+                              f"{host.name} runs LMCache {series[host.name]}.x, others "
+                              f"{majority}.x (object keys differ between series)",
+                              "use one LMCache series on every vllm host (cache keys would "
+                              "not match)", hosts=(host.name,))
+
+
+# what else every sharing host must agree on (research/lmcache-vllm-facts.md, "Cross-host
+# identity"): the weights' dtype and rope scaling change the KV of a prefix, the serde its
+# bytes, the served name what clients ask for; the pre-caching hash (when the setting
+# exists) the chunk keys. Not vllm_version: each accelerator pins its own vLLM (the example
+# site's Gaudi hosts), and LMCache's key space is its series (checked below).
+IDENTITY_KEYS = tuple(k for k in ("lmcache_remote_serde", "vllm_dtype", "vllm_rope_scaling",
+                                  "vllm_served_model_name", "lmcache_pre_caching_hash_algorithm")
+                      if k in HostConfig.model_fields)
