@@ -19,7 +19,7 @@ PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
 "$PY" - "$INV" <<'PY' || exit 7
 import sys
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 hosts = open_site(sys.argv[1]).group("vllm")
 cpu = [h.name for h in hosts if h.config.vllm_accelerator == "cpu"]
 if not hosts or cpu:

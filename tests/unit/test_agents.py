@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy_kit import agents
-from deploy_kit.config.open import open_site
+from deploy_kit.ops.site import open_site
 from deploy_kit.render import monitoring, self_heal
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
 
