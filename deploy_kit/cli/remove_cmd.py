@@ -62,7 +62,7 @@ def remove(inventory: InventoryOpt,
     Then delete the hosts from the inventory (`up` while they are still there adds them
     back). Refuses what would break the site: the last gateway, DNS server or Consul
     server. Asks first unless --yes or --check."""
-    from deploy_kit.ops.removal import check_hosts, refuse, steps
+    from deploy_kit.plan.removal import check_hosts, refuse, steps
 
     listing = listing_flags(list_hosts, list_tasks)
     options = AnsibleOptions.of(check=check, extra_vars=extra_vars,

@@ -74,7 +74,7 @@ def _pending_upgrade(site: Site) -> dict[str, Any]:
     """plan --upgrade: what `up` would print and roll (cli/upgrade_flow.py)."""
     from deploy_kit.cli.options import ConnectionOptions
     from deploy_kit.cli.upgrade_flow import survey
-    from deploy_kit.ops.upgrade import plan_waves
+    from deploy_kit.plan.upgrade import plan_waves
 
     found = survey(site, None, ConnectionOptions())
     waves = plan_waves(site, found) if found.pending else []

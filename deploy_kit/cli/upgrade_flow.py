@@ -1,9 +1,9 @@
-"""`up` with an upgrade pending: the waves of ops/upgrade.py, each one ordinary `up` run
+"""`up` with an upgrade pending: the waves of plan/upgrade.py, each one ordinary `up` run
 limited to its hosts (render, converge, rolling restarts, health gates, converge records),
 then verify's checks limited to the same hosts, before the next wave. One site lock for the
 whole flow; a failed run (exit 4) or a failed verify (exit 6) stops it and says how to go
 on. A stopped flow resumes by running the same command again: the records of the hosts it
-upgraded say so, and they are skipped (ops/upgrade.plan_waves).
+upgraded say so, and they are skipped (plan/upgrade.plan_waves).
 
 Why several limited runs and not one run with `serial: [1, "10%"]`: the serving play
 configures (installs the new wheels on) every host it is given at once and only the
@@ -31,7 +31,7 @@ from deploy_kit.core.errors import DeployKitError, HostsUnreachable, VerifyFaile
 if TYPE_CHECKING:
     from deploy_kit.config.site import Site
     from deploy_kit.config.vault import VaultSecrets
-    from deploy_kit.ops.upgrade import Upgrade, Wave
+    from deploy_kit.plan.upgrade import Upgrade, Wave
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class OnceVault(VaultOptions):
 
 
 def check_batch(batch: str | None) -> None:
-    from deploy_kit.ops.upgrade import BatchError, batch_size
+    from deploy_kit.plan.upgrade import BatchError, batch_size
 
     if batch is not None:
         try:
@@ -78,7 +78,7 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
     """Read every (limited) host's recorded versions and compare them with the inventory."""
     from deploy_kit.cli.connection import on_site
     from deploy_kit.config.selection import SelectionError, limited_hosts
-    from deploy_kit.ops.upgrade import detect
+    from deploy_kit.plan.upgrade import detect
     from deploy_kit.transport.records import read_versions
 
     try:
@@ -104,7 +104,7 @@ def show_upgrade(upgrade: Upgrade) -> None:
 def staged_restart(site: Site, limit_hosts: set[str] | None) -> Upgrade:
     """--restart-serving with --canary/--batch and no version change: every serving host
     (of the limit) moves, so the restart rolls in waves with verify between them."""
-    from deploy_kit.ops.upgrade import Upgrade
+    from deploy_kit.plan.upgrade import Upgrade
 
     serving = [h.name for h in site.group("vllm")
                if limit_hosts is None or h.name in limit_hosts]
@@ -117,7 +117,7 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
     """A failure in a wave names the wave and how to go on, keeping its exit code. An
     upgrade resumes by the same command (the records); a staged restart keeps no state, so
     its way on names the hosts it did not reach (`staged_rest`)."""
-    from deploy_kit.ops.upgrade import resume_hint
+    from deploy_kit.plan.upgrade import resume_hint
 
     try:
         yield
@@ -149,7 +149,7 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
     from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import limited_hosts
     from deploy_kit.ops.site_lock import site_lock
-    from deploy_kit.ops.upgrade import FlowError, plan_waves
+    from deploy_kit.plan.upgrade import FlowError, plan_waves
 
     check_batch(flow.batch)
     vault = OnceVault(vault.vault_ids, vault.password_files, vault.ask)

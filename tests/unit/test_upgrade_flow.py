@@ -20,8 +20,8 @@ from deploy_kit.cli.app import main
 from deploy_kit.cli.environment import Environment
 from deploy_kit.config.open import open_site
 from deploy_kit.config.site import Site
-from deploy_kit.ops import upgrade as up
 from deploy_kit.ops.converged import watch
+from deploy_kit.plan import upgrade as up
 from tests.conftest import InventoryFactory
 
 SERVING_VARS = {"vllm_accelerator": "cuda", "vllm_model": "Qwen/Qwen3-8B"}
