@@ -10,24 +10,11 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from deploy_kit.cli.connection import on_site, reaching
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    ConnectionOptions,
-    ForksOpt,
-    InventoryOpt,
-    LimitOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import READER, option_group
+from deploy_kit.cli.options import InventoryOpt, LimitOpt
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, on_site, reaching
 
 
 class RoundTripStore(StrEnum):
@@ -132,9 +119,8 @@ ListChecksOpt = Annotated[bool, typer.Option(
     help="list every check id with its area and summary, and exit")]
 
 
-def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None,
-           ask_vault_pass: AskVaultOpt = False,
+@option_group(READER)
+def verify(inventory: InventoryOpt, vault: VaultOptions, connection: ConnectionOptions,
            check: Annotated[list[str] | None, typer.Option(
                "--check", metavar="ID", help="only this check (repeat for several; "
                                               "--list-checks lists them)")] = None,
@@ -155,35 +141,25 @@ def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                "--storage-result", metavar="FILE",
                help="the `bench storage` result the break-even check compares with")] = Path(
                "runs/bench-storage/storage.json"),
-           list_checks: ListChecksOpt = False,
-           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
-           become_user: BecomeUserOpt = None, user: UserOpt = None,
-           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
+           list_checks: ListChecksOpt = False) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        _verify(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), check,
-                as_json, junit, verbose, limit, roundtrip,
-                roundtrip_store.value if roundtrip_store else None, storage_result, connection)
+    with reaching(connection) as reach:
+        _verify(inventory, vault, check, as_json, junit, verbose, limit, roundtrip,
+                roundtrip_store.value if roundtrip_store else None, storage_result, reach)
 
 
+@option_group(READER)
 def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
                                                   help="an error text or symptom")],
-           inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None,
-           ask_vault_pass: AskVaultOpt = False,
+           inventory: InventoryOpt, vault: VaultOptions, connection: ConnectionOptions,
            list_symptoms: Annotated[bool, typer.Option(
                "--list", is_eager=True, callback=_list_symptoms,
                help="list every symptom doctor knows and the checks it runs, and "
-                    "exit")] = False,
-           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
-           become_user: BecomeUserOpt = None, user: UserOpt = None,
-           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
+                    "exit")] = False) -> None:
     """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose
 
-    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
     matches = diagnose(symptom)
     ids: list[str] | None = None
     if not matches:
@@ -193,7 +169,5 @@ def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
         for why, checks in matches:
             console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
             ids += [c for c in checks if c not in ids]
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        _verify(inventory, vault, ids, False, None, ids is not None, None,
-                connection=connection)
+    with reaching(connection) as reach:
+        _verify(inventory, vault, ids, False, None, ids is not None, None, connection=reach)

@@ -15,18 +15,24 @@ from __future__ import annotations
 
 import functools
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.markup import escape
 
-from deploy_kit.cli.options import AnsibleOptions, ConnectionOptions, VaultOptions
 from deploy_kit.console import console
-from deploy_kit.core.errors import DeployKitError, HostsUnreachable, VerifyFailed
+from deploy_kit.core.errors import BadInput, DeployKitError, HostsUnreachable, VerifyFailed
+from deploy_kit.flows import converge
+from deploy_kit.flows.request import (
+    AnsibleOptions,
+    ConnectionOptions,
+    VaultOptions,
+    on_site,
+    reaching,
+)
 
 if TYPE_CHECKING:
     from deploy_kit.config.site import Site
@@ -71,12 +77,11 @@ def check_batch(batch: str | None) -> None:
         try:
             batch_size(batch, 1)
         except BatchError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--batch") from None
+            raise BadInput(str(exc), param_hint="--batch") from None
 
 
 def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgrade:
     """Read every (limited) host's recorded versions and compare them with the inventory."""
-    from deploy_kit.cli.connection import on_site
     from deploy_kit.config.selection import SelectionError, limited_hosts
     from deploy_kit.plan.upgrade import detect
     from deploy_kit.transport.records import read_versions
@@ -84,7 +89,7 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
     try:
         hosts = limited_hosts(site, limit) if limit else None
     except SelectionError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--limit") from None
+        raise BadInput(str(exc), param_hint="--limit") from None
     with console().status("reading each host's converge record (versions)…"):
         recorded = read_versions(on_site(site, connection), hosts)
     found = detect(site, recorded, hosts)
@@ -121,6 +126,8 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
 
     try:
         yield
+    except BadInput:  # a usage error stays the command line's own
+        raise
     except DeployKitError as exc:
         exc.message = f"{wave}: {exc.message}"
         how = resume_hint(inventory, shlex.join(flow.argv())) if staged_rest is None else (
@@ -131,21 +138,10 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
         raise
 
 
-class RunPlaybook(Protocol):
-    """converge_cmds._run_playbook: one `up` run (passed in: that module calls this one)."""
-
-    def __call__(self, verb: str, playbook: str, inventory: str | list[str],
-                 vault: VaultOptions, options: AnsibleOptions, run_vars: dict[str, object],
-                 connection: ConnectionOptions, listing: tuple[str, ...],
-                 lock_wait: float = 0.0) -> None: ...
-
-
 def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
              run_vars: dict[str, Any], connection: ConnectionOptions, lock_wait: float,
-             flow: FlowOptions, _run_playbook: RunPlaybook,
-             refuse_bad_input: Callable[[Site, AnsibleOptions], None]) -> None:
+             flow: FlowOptions) -> None:
     """`up`: read the records; no upgrade pending, one ordinary run; else the waves."""
-    from deploy_kit.cli.connection import reaching
     from deploy_kit.config.open import open_site
     from deploy_kit.config.selection import limited_hosts
     from deploy_kit.ops.site_lock import site_lock
@@ -155,15 +151,15 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
     vault = OnceVault(vault.vault_ids, vault.password_files, vault.ask)
     with reaching(connection) as reach:
         site = open_site(inventory, vault.secrets())  # exit 3 before any host is contacted
-        refuse_bad_input(site, options)  # and exit 2 for the rest of bad input
+        converge.refuse_bad_input(site, options)  # and exit 2 for the rest of bad input
         name = inventory if isinstance(inventory, str) else ",".join(inventory)
         if options.tags or options.skip_tags:  # a partial run records nothing: no flow
             if flow.staged():
-                raise typer.BadParameter("--canary, --batch and --pause-after-canary roll "
-                                         "whole converges: drop --tags/--skip-tags",
-                                         param_hint="--tags")
-            _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach, (),
-                          lock_wait)
+                raise BadInput("--canary, --batch and --pause-after-canary roll "
+                               "whole converges: drop --tags/--skip-tags",
+                               param_hint="--tags")
+            converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                   reach, (), lock_wait)
             return
         # --check changes nothing and takes no lock: it shows the waves it would roll
         with (nullcontext() if options.check else site_lock(site.root, "up", lock_wait)):
@@ -179,13 +175,13 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                                 "stage; converging as usual")
             show_upgrade(upgrade)
             if not upgrade.pending:
-                _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                       reach, ())
                 return
             try:
                 waves = plan_waves(site, upgrade, flow.canary, flow.no_canary, flow.batch)
             except FlowError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--canary") from None
+                raise BadInput(str(exc), param_hint="--canary") from None
             console().print(f"[bold]rollout[/]: {len(waves)} wave(s), each verified before "
                             "the next:")
             for i, wave in enumerate(waves, 1):
@@ -193,8 +189,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
             if options.check:
                 console().print("check mode: one run over every host shows what the waves "
                                 "would change")
-                _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                       reach, ())
                 return
             for i, wave in enumerate(waves, 1):
                 title = wave.title(i, len(waves))
@@ -204,9 +200,9 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                     wave_vars = dict(run_vars)
                     if wave.restart_serving:
                         wave_vars["deploykit_restart_serving"] = True
-                    _run_playbook("up", "site.yml", inventory, vault,
-                                  replace(options, limit=",".join(wave.hosts)), wave_vars,
-                                  reach, ())
+                    converge._run_playbook("up", "site.yml", inventory, vault,
+                                           replace(options, limit=",".join(wave.hosts)),
+                                           wave_vars, reach, ())
                     verify_wave(site, wave, reach, title)
                 if wave.canary and flow.pause_after_canary and \
                         not any(w.canary for w in waves[i:]):
@@ -223,8 +219,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
             if rest is not None:
                 console().print("[bold]the rest[/]: every host not in a wave (the Ceph "
                                 "admin host, monitoring, hosts with nothing to upgrade)")
-                _run_playbook("up", "site.yml", inventory, vault, rest[0], rest[1], reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, rest[0], rest[1],
+                                       reach, ())
             console().print(f"[green]{'rollout' if staged else 'upgrade'} done[/]: "
                             f"{len(upgrade.moving)} host(s) in {len(waves)} wave(s), each "
                             "verified")
@@ -253,7 +249,6 @@ def final_run(site: Site, options: AnsibleOptions, run_vars: dict[str, Any],
 def verify_wave(site: Site, wave: Wave, connection: ConnectionOptions, title: str,
                 storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
     """verify's checks limited to the wave's hosts (checks that need others skip)."""
-    from deploy_kit.cli.connection import on_site
     from deploy_kit.ops.secrets_store import with_stored
     from deploy_kit.verify import report
     from deploy_kit.verify.model import Status
