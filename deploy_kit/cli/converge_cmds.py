@@ -53,19 +53,13 @@ def up(inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
     a canary host per tier, verified, then the rest in batches, each verified before the
     next; a failure stops it (exit 4, or 6 for a failed verify) and the same command
     resumes (docs/day2.md#upgrades)."""
-    from deploy_kit.flows import converge
+    from deploy_kit.flows.upgrade import FlowOptions, converge_up
 
     run_vars: dict[str, object] = {
         name: True for name, on in (("deploykit_restart_serving", restart_serving),
                                     ("deploykit_full", full)) if on}
-    if not (listing or ansible.print_command):  # these contact no host: no record to read
-        from deploy_kit.flows.upgrade import FlowOptions, run_flow
-
-        run_flow(inventory, vault, ansible, run_vars, connection, wait_lock,
-                 FlowOptions(canary, no_canary, batch, pause_after_canary))
-        return
-    converge.run_playbook("up", "site.yml", inventory, vault, ansible, run_vars,
-                          connection=connection, listing=listing, lock_wait=wait_lock)
+    converge_up(inventory, vault, ansible, run_vars, connection, listing, wait_lock,
+                FlowOptions(canary, no_canary, batch, pause_after_canary))
 
 
 @option_group(PLAYBOOK_RUN, without=("tags", "skip_tags", "diff"))

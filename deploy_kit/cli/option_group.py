@@ -103,6 +103,10 @@ def option_group(layout: Sequence[str], *, after: str = "inventory",
         taken = {n for v in wanted for n in VALUES[v]} - set(without)
         if "ansible" in wanted:  # a playbook run's --become and --forks
             taken |= {"become", "forks"}
+        clash = taken & {p.name for p in own}
+        if clash or taken - set(layout):  # a programming error: fail at import, not at use
+            raise TypeError(f"{verb.__name__}: own options {sorted(clash)} clash with the "
+                            f"group's; not in the layout: {sorted(taken - set(layout))}")
         shared = [_parameter(n) for n in layout if n in taken]
         kept = [p for p in own if p.name not in VALUES]
         at = [p.name for p in kept].index(after) + 1
@@ -118,7 +122,8 @@ def option_group(layout: Sequence[str], *, after: str = "inventory",
 
         @functools.wraps(verb)
         def command(**given: Any) -> None:
-            values = _values(wanted, given)
+            shared_given = {n: given.pop(n) for n in taken}  # verify's own --check stays
+            values = _values(wanted, shared_given)
             try:
                 verb(**given, **values)
             except BadInput as exc:  # inside Click's context: its usage line and hint
@@ -142,9 +147,8 @@ def _keyword_order(params: list[inspect.Parameter]) -> list[inspect.Parameter]:
     return [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
 
 
-def _values(wanted: list[str], given: dict[str, Any]) -> dict[str, Any]:
-    """Take the shared options out of `given` and make the values the verb asked for."""
-    shared = {n: given.pop(n) for n in list(given) if n in SHARED}
+def _values(wanted: list[str], shared: dict[str, Any]) -> dict[str, Any]:
+    """The values the verb asked for, made from the shared options it was given."""
     values: dict[str, Any] = {}
     if "vault" in wanted:
         values["vault"] = VaultOptions.of(shared.get("vault_id"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +16,6 @@ from deploy_kit.console import console, data_console, stdout
 from deploy_kit.flows.request import VaultOptions
 
 if TYPE_CHECKING:
-    from deploy_kit.config.site import Site
     from deploy_kit.render.tls import Sources
 
 CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be TLS material
@@ -40,6 +39,7 @@ def plan(inventory: InventoryOpt,
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.config.open import open_site
     from deploy_kit.core.envelope import dumps
+    from deploy_kit.flows.upgrade import pending_upgrade
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
 
@@ -47,7 +47,7 @@ def plan(inventory: InventoryOpt,
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
-    pending = _pending_upgrade(site) if upgrade else None
+    pending = pending_upgrade(site) if upgrade else None
     if as_json:
         payload = result.to_dict()
         if pending is not None:
@@ -63,26 +63,6 @@ def plan(inventory: InventoryOpt,
                                          "inventory's versions)"]
             for line in [*lines, *pending["waves"]]:
                 data_console().print(line, markup=False, soft_wrap=True)
-
-
-def _pending_upgrade(site: Site) -> dict[str, Any]:
-    """plan --upgrade: what `up` would print and roll (flows/upgrade.py)."""
-    from deploy_kit.flows.request import ConnectionOptions
-    from deploy_kit.flows.upgrade import survey
-    from deploy_kit.plan.upgrade import plan_waves
-
-    found = survey(site, None, ConnectionOptions())
-    waves = plan_waves(site, found) if found.pending else []
-    return {
-        "lines": found.lines(),
-        "cold_cache": found.cold_cache,
-        "changes": [{"component": c.component, "from": c.old, "to": c.new,
-                     "hosts": list(c.hosts)} for c in found.changes],
-        "key_space": [{"setting": k.setting, "from": k.old, "to": k.new,
-                       "hosts": list(k.hosts), "why": k.why} for k in found.key_changes],
-        "unknown": found.unknown,
-        "waves": ["rollout: " + w.title(i, len(waves)) for i, w in enumerate(waves, 1)],
-    }
 
 
 @option_group(READER, after="out")

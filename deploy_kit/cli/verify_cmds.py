@@ -13,8 +13,7 @@ from rich.markup import escape
 from deploy_kit.cli.option_group import READER, option_group
 from deploy_kit.cli.options import InventoryOpt, LimitOpt
 from deploy_kit.console import console, data_console, stdout
-from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
-from deploy_kit.flows.request import ConnectionOptions, VaultOptions, on_site, reaching
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, reaching
 
 
 class RoundTripStore(StrEnum):
@@ -39,30 +38,15 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
             roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json"),
             connection: ConnectionOptions | None = None) -> None:
-    from deploy_kit.config.open import open_site
-    from deploy_kit.config.selection import SelectionError
-    from deploy_kit.ops.secrets_store import with_stored
+    from deploy_kit.flows.verify import judge, observe
+    from deploy_kit.plugins import roundtrip_driver
     from deploy_kit.verify import report
-    from deploy_kit.verify.model import Status
-    from deploy_kit.verify.run import verify_pass
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    # the generated secrets (vLLM's API key for the probes) fill what the inventory leaves unset
-    site = on_site(with_stored(open_site(site_name, vault.secrets())),
-                   connection or ConnectionOptions())
-    try:
-        with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
-            done = verify_pass(site, requested, limit, storage_result)
-    except SelectionError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    site, observation, findings = done.site, done.observation, done.findings
-    if roundtrip or roundtrip_store:
-        from deploy_kit.plugins import roundtrip_driver
-        from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip
-
-        with console().status("LMCache round trip between two serving hosts…"):
-            findings += run_roundtrip(site, roundtrip_driver(), roundtrip_store)
+    site, observation, findings = observe(site_name, vault, requested, limit, roundtrip,
+                                          roundtrip_store, storage_result, connection,
+                                          roundtrip_driver)
     for error in observation.probe_errors:
         console().print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
@@ -71,17 +55,7 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
         report.show(findings, data_console(), verbose)
     if junit:
         report.write_junit(findings, junit)
-    if observation.unreachable:
-        raise HostsUnreachable(
-            "unreachable: " + "; ".join(f"{h}: {why}" for h, why in
-                                        sorted(observation.unreachable.items())),
-            hint="the inventory's connection settings are used as by `deploykit up`")
-    if report.failed(findings):
-        raise VerifyFailed(f"{len(report.failed(findings))} check(s) failed")
-    if not any(f.status != Status.SKIP for f in findings):
-        raise VerifyFailed(f"none of the {len({f.check for f in findings})} check(s) "
-                           "observed anything: every one skipped",
-                           hint="is the site deployed, and are its hosts in this inventory?")
+    judge(observation, findings)
 
 
 def _list_checks(value: bool) -> None:

@@ -100,6 +100,24 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
     return found
 
 
+def pending_upgrade(site: Site) -> dict[str, Any]:
+    """plan --upgrade: what `up` would print and roll, as data."""
+    from deploy_kit.plan.upgrade import plan_waves
+
+    found = survey(site, None, ConnectionOptions())
+    waves = plan_waves(site, found) if found.pending else []
+    return {
+        "lines": found.lines(),
+        "cold_cache": found.cold_cache,
+        "changes": [{"component": c.component, "from": c.old, "to": c.new,
+                     "hosts": list(c.hosts)} for c in found.changes],
+        "key_space": [{"setting": k.setting, "from": k.old, "to": k.new,
+                       "hosts": list(k.hosts), "why": k.why} for k in found.key_changes],
+        "unknown": found.unknown,
+        "waves": ["rollout: " + w.title(i, len(waves)) for i, w in enumerate(waves, 1)],
+    }
+
+
 def show_upgrade(upgrade: Upgrade) -> None:
     for line in upgrade.lines():
         style = "yellow" if line.startswith("cold cache") else "bold"
@@ -136,6 +154,18 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
             "this was the last wave")
         exc.hint = (f"{exc.hint}; " if exc.hint else "") + how
         raise
+
+
+def converge_up(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
+                run_vars: dict[str, Any], connection: ConnectionOptions,
+                listing: tuple[str, ...], lock_wait: float, flow: FlowOptions) -> None:
+    """`up`: the flow below, or, for --list-hosts/--list-tasks and --print-command (they
+    contact no host: no record to read), the one run they show."""
+    if not (listing or options.print_command):
+        run_flow(inventory, vault, options, run_vars, connection, lock_wait, flow)
+        return
+    converge.run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                          connection=connection, listing=listing, lock_wait=lock_wait)
 
 
 def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
