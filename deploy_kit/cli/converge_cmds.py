@@ -82,6 +82,7 @@ def down(inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
                                      "(or --check to see what it would do)", param_hint="--yes")
         typer.confirm(question, abort=True)
 
+    # --yes-i-really-mean-it is an answer too
     quiet = yes or destroy_data or ansible.check or ansible.print_command or listing
     run_down(inventory, vault, ansible, connection, listing, wait_lock, destroy_data,
-             None if quiet else ask)  # the data flag too
+             None if quiet else ask)

@@ -107,7 +107,6 @@ def option_group(layout: Sequence[str], *, after: str = "inventory",
         if clash or taken - set(layout):  # a programming error: fail at import, not at use
             raise TypeError(f"{verb.__name__}: own options {sorted(clash)} clash with the "
                             f"group's; not in the layout: {sorted(taken - set(layout))}")
-        shared = [_parameter(n) for n in layout if n in taken]
         kept = [p for p in own if p.name not in VALUES]
         at = [p.name for p in kept].index(after) + 1
         head, tail = kept[:at], kept[at:]
@@ -116,7 +115,7 @@ def option_group(layout: Sequence[str], *, after: str = "inventory",
             if name == OWN:
                 placed += tail
             elif name in taken:
-                placed += [p for p in shared if p.name == name]
+                placed.append(_parameter(name))
         if OWN not in layout:
             placed += tail
 
