@@ -7,22 +7,10 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import reached_site
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    ConnectionOptions,
-    ForksOpt,
-    InventoryOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import TRAILING, option_group
+from deploy_kit.cli.options import InventoryOpt
 from deploy_kit.console import console
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, reached_site
 
 bench_app = typer.Typer(no_args_is_help=True, help="Measure the cache tier.")
 
@@ -40,6 +28,7 @@ def require_bench_extra(*modules: str) -> None:
 
 
 @bench_app.command("storage")
+@option_group(TRAILING)
 def bench_storage(inventory: InventoryOpt,
                   threads: Annotated[str, typer.Option(
                       metavar="LIST", help="thread sweep, e.g. 1,4,8")] = "1,4,8",
@@ -51,21 +40,13 @@ def bench_storage(inventory: InventoryOpt,
                       min=0.001, max=4096, metavar="MIB",
                       help="object size instead of the plan's per-rank chunk object (e.g. "
                            "32: awscrt's multipart path, 4 parts of 8 MiB)")] = None,
-                  vault_id: VaultIdOpt = None,
-                  vault_password_file: VaultPasswordFileOpt = None,
-                  ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
-                  ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
-                  user: UserOpt = None, private_key: PrivateKeyOpt = None,
-                  forks: ForksOpt = None) -> None:
+                  *, vault: VaultOptions, connection: ConnectionOptions) -> None:
     """Chunk-sized PUT/GET/HEAD through the S3 name: awscrt vs boto3, thread sweep."""
     from deploy_kit.bench.storage import describe, run
 
     require_bench_extra("awscrt", "matplotlib")
     sweep = [int(t) for t in threads.split(",") if t.strip()]
-    with reached_site(inventory,
-                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
-                      ConnectionOptions(become, ask_become_pass, become_user, user,
-                                        private_key, forks)) as site:
+    with reached_site(inventory, vault, connection) as site:
         with console().status("measuring S3 through the name…"):
             result = run(site, sweep, objects, out,
                          int(object_mib * 2**20) if object_mib else None)
@@ -75,6 +56,7 @@ def bench_storage(inventory: InventoryOpt,
 
 
 @bench_app.command("ttft")
+@option_group(TRAILING)
 def bench_ttft(inventory: InventoryOpt,
                lengths: Annotated[str | None, typer.Option(
                    metavar="LIST",
@@ -92,12 +74,7 @@ def bench_ttft(inventory: InventoryOpt,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "
                                  "objects without asking (any site but the lab)")] = False,
-               vault_id: VaultIdOpt = None,
-               vault_password_file: VaultPasswordFileOpt = None,
-               ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
-               ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
-               user: UserOpt = None, private_key: PrivateKeyOpt = None,
-               forks: ForksOpt = None) -> None:
+               *, vault: VaultOptions, connection: ConnectionOptions) -> None:
     """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length.
 
     It restarts vLLM and the LMCache server on the first serving host (each repeat) and
@@ -109,10 +86,7 @@ def bench_ttft(inventory: InventoryOpt,
     from deploy_kit.bench import ttft, ttft_report
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
-    with reached_site(inventory,
-                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
-                      ConnectionOptions(become, ask_become_pass, become_user, user,
-                                        private_key, forks)) as site:
+    with reached_site(inventory, vault, connection) as site:
         console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
         if not yes and site.name != "lab":
             if not sys.stdin.isatty():

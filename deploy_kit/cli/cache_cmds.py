@@ -7,46 +7,26 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import reached_site
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    ConnectionOptions,
-    ForksOpt,
-    InventoryOpt,
-    ModelOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import TRAILING, option_group
+from deploy_kit.cli.options import InventoryOpt, ModelOpt
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import DeployKitError
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, reached_site
 
 cache_app = typer.Typer(no_args_is_help=True, help="The LMCache objects in the bucket.")
 
 
 @cache_app.command("stats")
+@option_group(TRAILING)
 def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
                 as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
-                vault_id: VaultIdOpt = None,
-                vault_password_file: VaultPasswordFileOpt = None,
-                ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
-                ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
-                user: UserOpt = None, private_key: PrivateKeyOpt = None,
-                forks: ForksOpt = None) -> None:
+                *, vault: VaultOptions, connection: ConnectionOptions) -> None:
     """Count, bytes and age of cache objects per model / TP×PP / dtype."""
     from deploy_kit.cache.keys import aggregate
     from deploy_kit.cache.store import list_model_objects, list_objects, open_bucket
     from deploy_kit.console import human_bytes
 
-    with reached_site(inventory,
-                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
-                      ConnectionOptions(become, ask_become_pass, become_user, user,
-                                        private_key, forks)) as site:
+    with reached_site(inventory, vault, connection) as site:
         bucket = open_bucket(site)
         groups, foreign = aggregate(list_model_objects(bucket, model) if model else
                                     list_objects(bucket))
@@ -76,23 +56,16 @@ def cache_stats(inventory: InventoryOpt, model: ModelOpt = None,
 
 
 @cache_app.command("purge")
+@option_group(TRAILING)
 def cache_purge(inventory: InventoryOpt,
                 model: Annotated[str, typer.Option("--model", metavar="MODEL",
                                                          help="model string as served")],
                 yes: Annotated[bool, typer.Option("--yes", help="do not ask")] = False,
-                vault_id: VaultIdOpt = None,
-                vault_password_file: VaultPasswordFileOpt = None,
-                ask_vault_pass: AskVaultOpt = False, become: BecomeOpt = False,
-                ask_become_pass: AskBecomeOpt = False, become_user: BecomeUserOpt = None,
-                user: UserOpt = None, private_key: PrivateKeyOpt = None,
-                forks: ForksOpt = None) -> None:
+                *, vault: VaultOptions, connection: ConnectionOptions) -> None:
     """Delete every cache object of one model (e.g. between TTFT runs)."""
     from deploy_kit.cache.store import delete_objects, list_model_objects, open_bucket
 
-    with reached_site(inventory,
-                      VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
-                      ConnectionOptions(become, ask_become_pass, become_user, user,
-                                        private_key, forks)) as site:
+    with reached_site(inventory, vault, connection) as site:
         bucket = open_bucket(site)
         objects = list_model_objects(bucket, model)
         if not objects:

@@ -1,232 +1,14 @@
-"""up and down: render the site once, then run the playbooks through ansible-runner."""
+"""up and down: their options; the runs are deploy_kit.flows (converge, upgrade, down)."""
 
 from __future__ import annotations
 
-import json
-import tempfile
-from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import reaching
-from deploy_kit.cli.options import (
-    AnsibleOptions,
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    CheckOpt,
-    ConnectionOptions,
-    DiffOpt,
-    ExtraOpt,
-    ForksOpt,
-    InventoryOpt,
-    LimitOpt,
-    ListHostsOpt,
-    ListTasksOpt,
-    PrintOpt,
-    PrivateKeyOpt,
-    SkipOpt,
-    TagsOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-    VerboseOpt,
-)
-from deploy_kit.config.site import Site
-from deploy_kit.console import console, stdout
-
-if TYPE_CHECKING:
-    from deploy_kit.ansible.command import RunRequest
-    from deploy_kit.config.vault import VaultSecrets
-    from deploy_kit.ops.site_lock import SiteLock
-    from deploy_kit.render.tls import Sources
-
-
-def playbook_vars(site: Site) -> dict[str, object]:
-    """What the playbooks need before any host var exists: the rolling batch size
-    (`serial:` is templated per play, where group_vars are not yet seen)."""
-    from deploy_kit.plan.plan import vllm_serial
-
-    return {"vllm_serial": vllm_serial(site)}
-
-
-def run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
-                 options: AnsibleOptions, run_vars: dict[str, object] | None = None,
-                 connection: ConnectionOptions | None = None,
-                 listing: tuple[str, ...] = (), lock_wait: float = 0.0,
-                 before: Callable[[Site], None] | None = None) -> None:
-    """`before`: the verb's own checks of the opened site (and its confirmation), after
-    the inventory is valid and before anything is locked, written or contacted."""
-    connection = connection or ConnectionOptions()
-    if listing:  # Ansible lists without logging in: nothing to ask
-        connection = replace(connection, ask_become_pass=False)
-    with reaching(connection, ask=not options.print_command) as reach:
-        _run_playbook(verb, playbook, inventory, vault, options, run_vars or {}, reach,
-                      listing, lock_wait, before)
-
-
-def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
-                  options: AnsibleOptions, run_vars: dict[str, object],
-                  connection: ConnectionOptions, listing: tuple[str, ...],
-                  lock_wait: float = 0.0,
-                  before: Callable[[Site], None] | None = None) -> None:
-    from deploy_kit.ansible.command import RunRequest, printable
-    from deploy_kit.config.vault import command_flags
-    from deploy_kit.ops.site import open_site
-    from deploy_kit.project import project_dir
-
-    run_vars = run_vars or {}
-    secrets = vault.secrets()  # a prompt asks here, once: ansible-playbook gets the files
-    site = open_site(inventory, secrets)  # exit 3 before any host is contacted
-    refuse_bad_input(site, options)
-    if before is not None:
-        before(site)
-    request = RunRequest(
-        verb=verb, playbook=project_dir() / "playbooks" / playbook,
-        inventory=site.inventory_source.resolve(),
-        more_inventories=tuple(p.resolve() for p in site.inventory_sources[1:]),
-        connection=tuple(connection.argv()), listing=listing,
-        limit=options.limit, tags=options.tags,
-        skip_tags=options.skip_tags, check=options.check, diff=options.diff,
-        extra_vars_files=options.extra_vars,
-        extra_vars_inline=(json.dumps({**playbook_vars(site), **run_vars}),
-                           *options.inline_vars),
-        vault_args=tuple(command_flags(secrets.identities)),  # the user's flags, as given
-        verbosity=options.verbose, become=options.become, forks=options.forks)
-    if options.print_command:
-        # writes nothing: a plain ansible-playbook run renders the site itself (render.yml)
-        # and issues no certificate; from any directory, under the user's own ansible.cfg
-        from deploy_kit.ansible.environment import playbook_variables
-
-        request = with_store_flag(site, request)
-        stdout().write(printable(request, playbook_variables(project_dir())) + "\n")
-        return
-    if listing:  # ansible-playbook's own listing; nothing rendered, issued or recorded
-        from deploy_kit.ansible.runner import list_only
-
-        with secrets.materialized() as handover:  # Ansible reads the vaulted inventory
-            list_only(replace(request, vault_args=tuple(handover.argv)), handover.env)
-        return
-    if options.check:  # changes nothing anywhere: no lock, runs beside a converge
-        generated = fill_secrets(site, verb, check=True)
-        if verb != "up":
-            _run_rendered(verb, site, request, options, secrets, None, generated=generated)
-            return
-        with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
-            # the would-be CA and certificates live here for the run, then go
-            _run_rendered(verb, site, request, options, secrets,
-                          issue_tls(site, Path(scratch) / "tls"), generated=generated)
-        return
-    from deploy_kit.ops.site_lock import site_lock
-
-    # one converge of a site at a time (exit 7 naming the holder), before the CA, the
-    # generated secrets or anything else is written
-    with site_lock(site.root, verb, lock_wait) as lock:
-        generated = fill_secrets(site, verb, check=False)
-        _run_rendered(verb, site, request, options, secrets,
-                      issue_tls(site) if verb == "up" else None, lock, generated)
-
-
-def refuse_bad_input(site: Site, options: AnsibleOptions) -> None:
-    """Exit 2 or 3 before any host is contacted: an unusable CA, a missing vars file,
-    deploykit settings in -e, an unknown tag, a --limit that names nothing."""
-    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
-    from deploy_kit.ansible.tags import unknown_tags
-    from deploy_kit.ops.tls import refuse_bad_ca
-    from deploy_kit.project import project_dir
-
-    refuse_bad_ca(site)  # a CA `up` could not use: exit 3 too, before anything is written
-    for path in options.extra_vars:
-        if not path.is_file():
-            raise typer.BadParameter(f"no such vars file: {path}", param_hint="--extra-vars")
-    check_extra_vars(options.extra_vars)
-    check_inline_vars(options.inline_vars)
-    unknown = unknown_tags(options.tags + options.skip_tags, project_dir())
-    if unknown:
-        raise typer.BadParameter(
-            f"no task is tagged {', '.join(unknown)}; tags: "
-            f"{', '.join(sorted(known_tags_of(project_dir())))}", param_hint="--tags")
-    if options.limit:
-        check_limit(site, options.limit)
-
-
-def fill_secrets(site: Site, verb: str, check: bool) -> dict[str, str]:
-    """The generated secrets this run hands to Ansible: only the site's gaps (what the
-    inventory and vault leave unset). `up` generates missing ones into the store; --check
-    and every other verb write nothing (check mode uses throwaway values and says so)."""
-    from deploy_kit.ops import secrets_store
-
-    if verb == "up" and not check:
-        fill = secrets_store.ensure(site)
-        for name in fill.generated:
-            console().print(f"secrets: generated {name} in {secrets_store.store_path(site)}")
-        return fill.values
-    fill = secrets_store.plan_fill(site)
-    for name in fill.generated:
-        console().print(f"secrets (check mode): would generate {name} in "
-                        f"{secrets_store.store_path(site)}" if check else
-                        f"secrets: {name} does not exist yet (`deploykit up` generates it)")
-    # only `up` (or its check) needs values it has not stored yet
-    return fill.values if verb == "up" else \
-        {k: v for k, v in fill.values.items() if k not in fill.generated}
-
-
-def with_store_flag(site: Site, request: RunRequest) -> RunRequest:
-    """--print-command: a plain ansible-playbook gets the generated secrets from the store
-    file itself (its path, never a value); without a store it says what is missing."""
-    from deploy_kit.config.site_secrets import gaps
-    from deploy_kit.ops import secrets_store
-
-    path = secrets_store.store_path(site)
-    if path.is_file():
-        return replace(request, extra_vars_files=(*request.extra_vars_files, path))
-    missing = gaps(site)
-    if missing:
-        console().print(f"secrets: {', '.join(missing)} not generated yet: run `deploykit "
-                        f"secrets -i {site.inventory_source} generate` first (or set them in "
-                        "the vault)")
-    return request
-
-
-def _run_rendered(verb: str, site: Site, request: RunRequest, options: AnsibleOptions,
-                  secrets: VaultSecrets, tls_sources: Sources | None,
-                  lock: SiteLock | None = None,
-                  generated: dict[str, str] | None = None) -> None:
-    from deploy_kit.ansible.runner import new_record_dir, raise_for, show_record
-    from deploy_kit.ansible.runner import run_playbook as run_with_runner
-    from deploy_kit.ops.rundir import write_run_tree
-
-    # Render once, here: every role copies from this tree instead of re-reading the inventory.
-    record_dir = new_record_dir(verb)
-    if lock is not None:  # a refused second run names this run's record
-        lock.note(run=str(record_dir))
-    rendered = record_dir / "rendered"
-    write_run_tree(site, rendered, tls_sources)
-    tree = record_dir / "run-vars.json"
-    tree.write_text(json.dumps({"deploykit_render_dir": str(rendered)}) + "\n")
-    request = replace(request, extra_vars_files=(tree, *request.extra_vars_files))
-    console().print(f"[bold]{verb}[/] {site.root} ({len(site.hosts)} hosts)"
-                    + (" [yellow]check mode[/]" if options.check else ""))
-    from deploy_kit.ops.secrets_store import handover as generated_handover
-
-    # the vault secrets read above and the generated gaps, each as 0600 files removed after
-    with secrets.materialized() as handover, \
-            generated_handover(generated or {}) as generated_file:
-        request = replace(request, vault_args=tuple(handover.argv))
-        if generated_file is not None:  # after the render tree, before the user's -e
-            request = replace(request, extra_vars_files=(
-                request.extra_vars_files[0], generated_file, *request.extra_vars_files[1:]))
-        record, record_dir, rc = run_with_runner(request, console(), record_dir,
-                                                 env=handover.env)
-    show_record(record, console())
-    console().print(f"changed: {record.total_changed}; run record: {record_dir}/summary.json")
-    raise_for(record, rc, record_dir)
-
+from deploy_kit.cli.option_group import PLAYBOOK_RUN, option_group
+from deploy_kit.cli.options import InventoryOpt
+from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOptions
 
 WaitLockOpt = Annotated[float, typer.Option(
     "--wait-lock", min=0, metavar="SECONDS",
@@ -234,70 +16,9 @@ WaitLockOpt = Annotated[float, typer.Option(
          "stopping at once (exit 7, naming the holder)")]
 
 
-def listing_flags(list_hosts: bool, list_tasks: bool) -> tuple[str, ...]:
-    return tuple(flag for flag, on in (("--list-hosts", list_hosts),
-                                       ("--list-tasks", list_tasks)) if on)
-
-
-def known_tags_of(project: Path) -> frozenset[str]:
-    from deploy_kit.ansible.tags import known_tags
-
-    return known_tags(project)
-
-
-def check_limit(site: Site, pattern: str) -> None:
-    """A --limit term that names no host or group is a usage error, not an empty run.
-    Patterns Ansible reads beyond names and globs (`&`, `!`, `~regex`, `[0:2]`) pass."""
-    from deploy_kit.config.selection import SelectionError, limited_hosts
-
-    plain = ",".join(t for t in pattern.replace(":", ",").split(",")
-                     if t and not (t[0] in "&!~@" or "[" in t))
-    try:
-        if plain:
-            limited_hosts(site, plain)
-    except SelectionError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--limit") from None
-
-
-def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
-    """With deploykit_s3_tls: the CA and each concentrator certificate exist on the
-    controller before any role copies them (kept when still valid, so reruns change
-    nothing). Check mode (`scratch`): nothing is written beside the inventory; what would
-    be created or issued is made in `scratch` instead and reported, and the returned
-    sources tell the rendered tree to copy from there."""
-    from deploy_kit.ops.consul_tls import check_consul_tls, ensure_consul_tls
-    from deploy_kit.ops.tls import check_site_tls, ensure_site_tls
-    from deploy_kit.render import tls
-
-    if scratch is None:
-        for issued in [*ensure_site_tls(site), *ensure_consul_tls(site)]:
-            if issued.action == "issued":
-                console().print(f"TLS: issued the certificate of {issued.host} (valid until "
-                                f"{issued.not_after:%Y-%m-%d}) in {issued.path.parent}")
-        return None
-    would, sources = check_site_tls(site, scratch)
-    consul_would, sources = check_consul_tls(site, scratch, sources)
-    would += consul_would
-    tls_dir = tls.tls_dir(site.root, site.settings)
-    for issued in would:
-        if issued.action == "would create":
-            console().print(f"TLS (check mode): would create the {issued.host.strip('()')} "
-                            f"{issued.path}")
-        elif issued.action == "would issue":
-            console().print(f"TLS (check mode): would issue the certificate of "
-                            f"{issued.host} in {tls_dir}")
-    return sources
-
-
-def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-       vault_password_file: VaultPasswordFileOpt = None, limit: LimitOpt = None,
-       tags: TagsOpt = None, skip_tags: SkipOpt = None, check: CheckOpt = False,
-       diff: DiffOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
-       verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
-       ask_vault_pass: AskVaultOpt = False, ask_become_pass: AskBecomeOpt = False,
-       become_user: BecomeUserOpt = None, user: UserOpt = None,
-       private_key: PrivateKeyOpt = None, list_hosts: ListHostsOpt = False,
-       list_tasks: ListTasksOpt = False,
+@option_group(PLAYBOOK_RUN)
+def up(inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
+       connection: ConnectionOptions, listing: tuple[str, ...],
        restart_serving: Annotated[bool, typer.Option(
            "--restart-serving", help="restart every running LMCache server and vLLM, one "
                                      "host at a time behind the health gate, even when "
@@ -332,42 +53,18 @@ def up(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
     a canary host per tier, verified, then the rest in batches, each verified before the
     next; a failure stops it (exit 4, or 6 for a failed verify) and the same command
     resumes (docs/day2.md#upgrades)."""
-    options = AnsibleOptions.of(limit=limit, tags=tags, skip_tags=skip_tags, check=check,
-                                diff=diff, extra_vars=extra_vars, print_command=print_command,
-                                verbose=verbose, become=become, forks=forks)
+    from deploy_kit.flows.upgrade import FlowOptions, converge_up
+
     run_vars: dict[str, object] = {
         name: True for name, on in (("deploykit_restart_serving", restart_serving),
                                     ("deploykit_full", full)) if on}
-    connection = ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
-                                   user=user, private_key=private_key)
-    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
-    listing = listing_flags(list_hosts, list_tasks)
-    if not (listing or print_command):  # these contact no host: no record to read
-        from deploy_kit.cli.upgrade_flow import FlowOptions, run_flow
-
-        run_flow(inventory, vault, options, run_vars, connection, wait_lock,
-                 FlowOptions(canary, no_canary, batch, pause_after_canary),
-                 _run_playbook, refuse_bad_input)
-        return
-    run_playbook("up", "site.yml", inventory, vault, options, run_vars,
-                 connection=connection, listing=listing, lock_wait=wait_lock)
+    converge_up(inventory, vault, ansible, run_vars, connection, listing, wait_lock,
+                FlowOptions(canary, no_canary, batch, pause_after_canary))
 
 
-def _refuse_run_vars(options: AnsibleOptions) -> None:
-    from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
-
-    check_extra_vars(tuple(p for p in options.extra_vars if p.is_file()))
-    check_inline_vars(options.inline_vars)
-
-
-def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-         vault_password_file: VaultPasswordFileOpt = None, limit: LimitOpt = None,
-         check: CheckOpt = False, extra_vars: ExtraOpt = None, print_command: PrintOpt = False,
-         verbose: VerboseOpt = 0, become: BecomeOpt = False, forks: ForksOpt = None,
-         ask_vault_pass: AskVaultOpt = False, ask_become_pass: AskBecomeOpt = False,
-         become_user: BecomeUserOpt = None, user: UserOpt = None,
-         private_key: PrivateKeyOpt = None, list_hosts: ListHostsOpt = False,
-         list_tasks: ListTasksOpt = False,
+@option_group(PLAYBOOK_RUN, without=("tags", "skip_tags", "diff"))
+def down(inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
+         connection: ConnectionOptions, listing: tuple[str, ...],
          yes: Annotated[bool, typer.Option(
              "--yes", "-y", help="do not ask before stopping services")] = False,
          destroy_data: Annotated[bool, typer.Option(
@@ -375,23 +72,17 @@ def down(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
          wait_lock: WaitLockOpt = 0.0) -> None:
     """Remove what `up` created; data (pools, bucket) only with --yes-i-really-mean-it.
     Asks first (stopping the gateways and vLLM drops service) unless --yes or --check."""
-    import sys
+    from deploy_kit.flows.down import down as run_down
 
-    listing = listing_flags(list_hosts, list_tasks)
-    options = AnsibleOptions.of(limit=limit, check=check, extra_vars=extra_vars,
-                                print_command=print_command, verbose=verbose, become=become,
-                                forks=forks)
-    _refuse_run_vars(options)  # before the prompt: `-e deploykit_destroy_data=…` is refused
-    if not (yes or destroy_data or check or print_command or listing):  # the data flag too
+    def ask(question: str) -> None:
+        import sys
+
         if not sys.stdin.isatty():
             raise typer.BadParameter("down stops services on every host it names; pass --yes "
                                      "(or --check to see what it would do)", param_hint="--yes")
-        scope = f"hosts matching {limit!r}" if limit else "every host of the inventory"
-        typer.confirm(f"stop and remove deploykit's services on {scope}"
-                      + (" AND DELETE THE BUCKET, S3 USER AND POOLS" if destroy_data else "")
-                      + "?", abort=True)
-    run_playbook("down", "down.yml", inventory,
-                 VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), options,
-                 {"deploykit_destroy_data": destroy_data},
-                 ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
-                                   user=user, private_key=private_key), listing, wait_lock)
+        typer.confirm(question, abort=True)
+
+    # --yes-i-really-mean-it is an answer too
+    quiet = yes or destroy_data or ansible.check or ansible.print_command or listing
+    run_down(inventory, vault, ansible, connection, listing, wait_lock, destroy_data,
+             None if quiet else ask)

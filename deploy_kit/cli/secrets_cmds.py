@@ -11,25 +11,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    CheckOpt,
-    ForksOpt,
-    InventoryOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-    VerboseOpt,
-)
+from deploy_kit.cli.option_group import ROTATE, TRAILING, option_group
+from deploy_kit.cli.options import InventoryOpt
 from deploy_kit.config.site import Site
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
+from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOptions
 
 secrets_app = typer.Typer(
     invoke_without_command=True,
@@ -140,42 +128,40 @@ AsJson = Annotated[bool, typer.Option("--json", help="JSON on stdout (no values 
 
 
 @secrets_app.callback()
+@option_group(TRAILING)
 def secrets_main(ctx: typer.Context,
                  inventory: Annotated[list[str] | None, typer.Option(
                      "--inventory", "-i", metavar="SITE",
                      help="without a subcommand: list this site's secrets")] = None,
-                 as_json: AsJson = False, vault_id: VaultIdOpt = None,
-                 vault_password_file: VaultPasswordFileOpt = None,
-                 ask_vault_pass: AskVaultOpt = False) -> None:
+                 as_json: AsJson = False, *, vault: VaultOptions) -> None:
     """`deploykit secrets -i SITE` is `deploykit secrets list -i SITE`."""
     if ctx.invoked_subcommand is not None:
         return
     if not inventory:
         console().print(ctx.get_help())
         raise typer.Exit(int(ExitCode.USAGE))
-    _show(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), as_json)
+    _show(inventory, vault, as_json)
 
 
 @secrets_app.command("list")
-def secrets_list(inventory: InventoryOpt, as_json: AsJson = False, vault_id: VaultIdOpt = None,
-                 vault_password_file: VaultPasswordFileOpt = None,
-                 ask_vault_pass: AskVaultOpt = False) -> None:
+@option_group(TRAILING)
+def secrets_list(inventory: InventoryOpt, as_json: AsJson = False, *,
+                 vault: VaultOptions) -> None:
     """Each secret the site uses and where it comes from: the vault (file:key), the
     inventory (file:key), deploykit's generated store, or "missing: generated on first
     up". Never a value. Writes nothing."""
-    _show(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), as_json)
+    _show(inventory, vault, as_json)
 
 
 @secrets_app.command("generate")
-def secrets_generate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-                     vault_password_file: VaultPasswordFileOpt = None,
-                     ask_vault_pass: AskVaultOpt = False) -> None:
+@option_group(TRAILING)
+def secrets_generate(inventory: InventoryOpt, vault: VaultOptions) -> None:
     """Generate the secrets the site needs and neither the inventory nor the store holds,
     as the first `deploykit up` does: for a plain ansible-playbook or AWX run, which then
     takes `-e @<inventory>/.deploykit-secrets/secrets.yml`."""
     from deploy_kit.ops import secrets_store
 
-    site = _open(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass))
+    site = _open(inventory, vault)
     fill = secrets_store.ensure(site)
     path = secrets_store.store_path(site)
     for name in fill.generated:
@@ -187,15 +173,13 @@ def secrets_generate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
 
 
 @secrets_app.command("rotate")
+@option_group(ROTATE, without=("limit", "tags", "skip_tags", "diff", "extra_vars",
+                               "print_command"))
 def secrets_rotate(
         what: Annotated[str, typer.Argument(
             metavar="WHAT", help="s3 | vllm-api-key | consul-tokens | gossip")],
-        inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-        vault_password_file: VaultPasswordFileOpt = None, ask_vault_pass: AskVaultOpt = False,
-        check: CheckOpt = False, verbose: VerboseOpt = 0, become: BecomeOpt = False,
-        forks: ForksOpt = None, ask_become_pass: AskBecomeOpt = False,
-        become_user: BecomeUserOpt = None, user: UserOpt = None,
-        private_key: PrivateKeyOpt = None,
+        inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
+        connection: ConnectionOptions,
         yes: Annotated[bool, typer.Option(
             "--yes", "-y", help="do not ask before restarting services")] = False,
         finish: Annotated[bool, typer.Option(
@@ -218,24 +202,23 @@ def secrets_rotate(
     site lock, with a run record like `up`;
     asks first unless --yes or --check. A value from the vault or inventory is rotated
     there (the error says how). Never shows a value."""
-    from deploy_kit.cli import rotate_cmds
-    from deploy_kit.cli.options import AnsibleOptions, ConnectionOptions
+    from deploy_kit.cli.rotate_cmds import confirm, parse_what
+    from deploy_kit.flows import rotate
 
-    chosen = rotate_cmds.parse_what(what)
-    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
-    options = AnsibleOptions.of(check=check, verbose=verbose, become=become, forks=forks)
-    connection = ConnectionOptions(ask_become_pass=ask_become_pass, become_user=become_user,
-                                   user=user, private_key=private_key)
-    if finish and chosen is not rotate_cmds.What.vllm_api_key:
+    chosen = parse_what(what)
+    if finish and chosen is not rotate.What.vllm_api_key:
         raise typer.BadParameter("--finish ends a vllm-api-key rotation only",
                                  param_hint="--finish")
-    if chosen is rotate_cmds.What.s3:
-        rotate_cmds.rotate_s3(inventory, vault, options, connection, yes, wait_lock,
-                              rotate_owner=not keep_owner_key)
-    elif chosen is rotate_cmds.What.vllm_api_key:
-        rotate_cmds.rotate_vllm_key(inventory, vault, options, connection, yes, wait_lock,
-                                    finish, origins)
+
+    def ask(question: str) -> None:
+        confirm(question, yes, ansible.check)
+
+    if chosen is rotate.What.s3:
+        rotate.rotate_s3(inventory, vault, ansible, connection, wait_lock,
+                         rotate_owner=not keep_owner_key, confirm=ask)
+    elif chosen is rotate.What.vllm_api_key:
+        rotate.rotate_vllm_key(inventory, vault, ansible, connection, wait_lock, finish,
+                               origins, ask)
     else:
-        rotate_cmds.rotate_consul(inventory, vault, options, connection, yes, wait_lock,
-                                  chosen, origins,
-                                  management=what == "consul_acl_management_token")
+        rotate.rotate_consul(inventory, vault, ansible, connection, wait_lock, chosen,
+                             origins, ask, management=what == "consul_acl_management_token")

@@ -5,36 +5,30 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from deploy_kit.cli.options import (
-    AskVaultOpt,
-    InventoryOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import READER, TRAILING, option_group
+from deploy_kit.cli.options import InventoryOpt
 from deploy_kit.cli.secrets_cmds import note_not_generated
 from deploy_kit.console import console, data_console, stdout
+from deploy_kit.flows.request import VaultOptions
 
 if TYPE_CHECKING:
-    from deploy_kit.config.site import Site
     from deploy_kit.render.tls import Sources
 
 CHECK_TLS_DIR = ".deploykit-check-tls"  # render --for-roles --check: would-be TLS material
 
 
+@option_group(READER, after="per_host")
 def plan(inventory: InventoryOpt,
          as_json: Annotated[bool, typer.Option("--json", help="JSON on stdout")] = False,
          per_host: Annotated[bool, typer.Option(
              "--per-host", help="a serving-host row per host (default: one row per set of "
                                 "hosts whose rows are identical, named as Ansible ranges)")
          ] = False,
-         vault_id: VaultIdOpt = None,
-         vault_password_file: VaultPasswordFileOpt = None,
-         ask_vault_pass: AskVaultOpt = False,
+         *, vault: VaultOptions,
          upgrade: Annotated[bool, typer.Option(
              "--upgrade", help="also read each host's converge record (read-only, through "
                                "the inventory's connection, as verify) and show the "
@@ -44,15 +38,16 @@ def plan(inventory: InventoryOpt,
     Reads the inventory alone, unless --upgrade."""
     from deploy_kit.cli.plan_view import show_plan
     from deploy_kit.core.envelope import dumps
+    from deploy_kit.flows.upgrade import pending_upgrade
     from deploy_kit.ops.site import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
     from deploy_kit.plan.plan import build_plan
 
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    secrets = vault.secrets()
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     result = build_plan(site)
-    pending = _pending_upgrade(site) if upgrade else None
+    pending = pending_upgrade(site) if upgrade else None
     if as_json:
         payload = result.to_dict()
         if pending is not None:
@@ -70,32 +65,11 @@ def plan(inventory: InventoryOpt,
                 data_console().print(line, markup=False, soft_wrap=True)
 
 
-def _pending_upgrade(site: Site) -> dict[str, Any]:
-    """plan --upgrade: what `up` would print and roll (cli/upgrade_flow.py)."""
-    from deploy_kit.cli.options import ConnectionOptions
-    from deploy_kit.cli.upgrade_flow import survey
-    from deploy_kit.ops.upgrade import plan_waves
-
-    found = survey(site, None, ConnectionOptions())
-    waves = plan_waves(site, found) if found.pending else []
-    return {
-        "lines": found.lines(),
-        "cold_cache": found.cold_cache,
-        "changes": [{"component": c.component, "from": c.old, "to": c.new,
-                     "hosts": list(c.hosts)} for c in found.changes],
-        "key_space": [{"setting": k.setting, "from": k.old, "to": k.new,
-                       "hosts": list(k.hosts), "why": k.why} for k in found.key_changes],
-        "unknown": found.unknown,
-        "waves": ["rollout: " + w.title(i, len(waves)) for i, w in enumerate(waves, 1)],
-    }
-
-
+@option_group(READER, after="out")
 def render(inventory: InventoryOpt,
            out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
                                                       help="output directory")],
-           vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None,
-           ask_vault_pass: AskVaultOpt = False,
+           vault: VaultOptions,
            for_roles: Annotated[bool, typer.Option(
                "--for-roles", hidden=True, help="the playbooks' tree: no secret files")] = False,
            check: Annotated[bool, typer.Option(
@@ -115,13 +89,13 @@ def render(inventory: InventoryOpt,
 
     out = Path(os.path.abspath(out))
     check_replaceable(out)  # before anything is read or issued
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    secrets = vault.secrets()
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
         sources = None
         if for_roles:  # the render play of a plain ansible-playbook run: issue as `up` does
-            from deploy_kit.cli.converge_cmds import issue_tls
+            from deploy_kit.flows.converge import issue_tls
 
             # check mode: the would-be material goes beside the tree (the play's private
             # temporary directory), never beside the inventory
@@ -155,20 +129,20 @@ def _moved(sources: Sources, scratch: Path, target: Path) -> Sources:
                    {h: at(p) for h, p in sources.consul_pems.items()})
 
 
-def validate(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-             vault_password_file: VaultPasswordFileOpt = None,
-             ask_vault_pass: AskVaultOpt = False) -> None:
+@option_group(TRAILING)
+def validate(inventory: InventoryOpt, vault: VaultOptions) -> None:
     """Check the inventory only (every problem at once; exit 3 when any)."""
     from deploy_kit.ops.site import open_site
     from deploy_kit.ops.tls import refuse_bad_ca
 
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    secrets = vault.secrets()
     site = open_site(inventory, secrets)
     refuse_bad_ca(site)  # the CA `up` would refuse: exit 3 here too
     console().print(f"[green]ok[/] {site.root}: {len(site.hosts)} hosts valid")
     note_not_generated(site)
 
 
+@option_group(TRAILING)
 def wheelhouse(inventory: InventoryOpt,
                out: Annotated[Path, typer.Option(
                    "--out", "-o", metavar="DIR", help="where the wheelhouses go")] = Path(
@@ -177,9 +151,7 @@ def wheelhouse(inventory: InventoryOpt,
                                                 help="the serving hosts' python3")] = "3.11",
                glibc: Annotated[str, typer.Option(metavar="VERSION",
                                                help="the serving hosts' glibc")] = "2.36",
-               vault_id: VaultIdOpt = None,
-               vault_password_file: VaultPasswordFileOpt = None,
-               ask_vault_pass: AskVaultOpt = False) -> None:
+               *, vault: VaultOptions) -> None:
     """Download the serving hosts' pinned vLLM + LMCache stack once (air-gapped installs):
     one directory of wheels with a hash-pinned requirements.lock per accelerator and version.
     Point vllm_wheel_dir (and lmcache_wheel_dir) at it; hosts then install offline."""
@@ -188,7 +160,7 @@ def wheelhouse(inventory: InventoryOpt,
 
     if not all(part.isdigit() for part in (*python.split("."), *glibc.split("."))):
         raise typer.BadParameter("--python and --glibc take versions such as 3.11 and 2.36")
-    secrets = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass).secrets()
+    secrets = vault.secrets()
     site = open_site(inventory, secrets)
     recipes = sorted({Recipe(h.config.vllm_accelerator or "cuda", h.config.vllm_version,
                              h.config.lmcache_version, python, glibc,

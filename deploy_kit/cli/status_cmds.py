@@ -7,37 +7,21 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.connection import reached_site
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    ConnectionOptions,
-    ForksOpt,
-    InventoryOpt,
-    LimitOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import READER, option_group
+from deploy_kit.cli.options import InventoryOpt, LimitOpt
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import HostsUnreachable
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, reached_site
 
 SCHEMA_VERSION = 1
 
 
-def status(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None, ask_vault_pass: AskVaultOpt = False,
+@option_group(READER)
+def status(inventory: InventoryOpt, vault: VaultOptions, connection: ConnectionOptions,
            as_json: Annotated[bool, typer.Option(
                "--json", help="every host's units, versions, membership, breaker and converge "
                               "record as JSON")] = False,
-           limit: LimitOpt = None,
-           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
-           become_user: BecomeUserOpt = None, user: UserOpt = None,
-           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
+           limit: LimitOpt = None) -> None:
     """Show each host's deploykit units and their state, the versions it runs, its DNS and
     Consul membership, the LMCache S3 breaker and its last converge; exit 5 when a host could
     not be read.
@@ -50,9 +34,7 @@ def status(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
     from deploy_kit.status.gather import gather
     from deploy_kit.status.model import payload
 
-    with reached_site(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass),
-                      ConnectionOptions(become, ask_become_pass, become_user, user,
-                                        private_key, forks)) as site:
+    with reached_site(inventory, vault, connection) as site:
         try:
             reach = limited_hosts(site, limit) if limit else None
         except SelectionError as exc:

@@ -10,24 +10,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from deploy_kit.cli.connection import on_site, reaching
-from deploy_kit.cli.options import (
-    AskBecomeOpt,
-    AskVaultOpt,
-    BecomeOpt,
-    BecomeUserOpt,
-    ConnectionOptions,
-    ForksOpt,
-    InventoryOpt,
-    LimitOpt,
-    PrivateKeyOpt,
-    UserOpt,
-    VaultIdOpt,
-    VaultOptions,
-    VaultPasswordFileOpt,
-)
+from deploy_kit.cli.option_group import READER, option_group
+from deploy_kit.cli.options import InventoryOpt, LimitOpt
 from deploy_kit.console import console, data_console, stdout
-from deploy_kit.core.errors import HostsUnreachable, VerifyFailed
+from deploy_kit.flows.request import ConnectionOptions, VaultOptions, reaching
 
 
 class RoundTripStore(StrEnum):
@@ -52,30 +38,15 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
             roundtrip: bool = False, roundtrip_store: str | None = None,
             storage_result: Path = Path("runs/bench-storage/storage.json"),
             connection: ConnectionOptions | None = None) -> None:
-    from deploy_kit.config.selection import SelectionError
-    from deploy_kit.ops.secrets_store import with_stored
-    from deploy_kit.ops.site import open_site
+    from deploy_kit.flows.verify import judge, observe
+    from deploy_kit.plugins import roundtrip_driver
     from deploy_kit.verify import report
-    from deploy_kit.verify.model import Status
-    from deploy_kit.verify.run import verify_pass
 
     if junit is not None and (problem := unwritable(junit)):
         raise typer.BadParameter(problem, param_hint="--junit")  # before any probe
-    # the generated secrets (vLLM's API key for the probes) fill what the inventory leaves unset
-    site = on_site(with_stored(open_site(site_name, vault.secrets())),
-                   connection or ConnectionOptions())
-    try:
-        with console().status("probing DNS, concentrators, S3, Ceph and serving hosts…"):
-            done = verify_pass(site, requested, limit, storage_result)
-    except SelectionError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    site, observation, findings = done.site, done.observation, done.findings
-    if roundtrip or roundtrip_store:
-        from deploy_kit.plugins import roundtrip_driver
-        from deploy_kit.verify.roundtrip import roundtrip as run_roundtrip
-
-        with console().status("LMCache round trip between two serving hosts…"):
-            findings += run_roundtrip(site, roundtrip_driver(), roundtrip_store)
+    site, observation, findings = observe(site_name, vault, requested, limit, roundtrip,
+                                          roundtrip_store, storage_result, connection,
+                                          roundtrip_driver)
     for error in observation.probe_errors:
         console().print(f"[yellow]probe:[/] {escape(error)}")
     if as_json:
@@ -84,17 +55,7 @@ def _verify(site_name: str | list[str], vault: VaultOptions, requested: list[str
         report.show(findings, data_console(), verbose)
     if junit:
         report.write_junit(findings, junit)
-    if observation.unreachable:
-        raise HostsUnreachable(
-            "unreachable: " + "; ".join(f"{h}: {why}" for h, why in
-                                        sorted(observation.unreachable.items())),
-            hint="the inventory's connection settings are used as by `deploykit up`")
-    if report.failed(findings):
-        raise VerifyFailed(f"{len(report.failed(findings))} check(s) failed")
-    if not any(f.status != Status.SKIP for f in findings):
-        raise VerifyFailed(f"none of the {len({f.check for f in findings})} check(s) "
-                           "observed anything: every one skipped",
-                           hint="is the site deployed, and are its hosts in this inventory?")
+    judge(observation, findings)
 
 
 def _list_checks(value: bool) -> None:
@@ -132,9 +93,8 @@ ListChecksOpt = Annotated[bool, typer.Option(
     help="list every check id with its area and summary, and exit")]
 
 
-def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None,
-           ask_vault_pass: AskVaultOpt = False,
+@option_group(READER)
+def verify(inventory: InventoryOpt, vault: VaultOptions, connection: ConnectionOptions,
            check: Annotated[list[str] | None, typer.Option(
                "--check", metavar="ID", help="only this check (repeat for several; "
                                               "--list-checks lists them)")] = None,
@@ -155,35 +115,25 @@ def verify(inventory: InventoryOpt, vault_id: VaultIdOpt = None,
                "--storage-result", metavar="FILE",
                help="the `bench storage` result the break-even check compares with")] = Path(
                "runs/bench-storage/storage.json"),
-           list_checks: ListChecksOpt = False,
-           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
-           become_user: BecomeUserOpt = None, user: UserOpt = None,
-           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
+           list_checks: ListChecksOpt = False) -> None:
     """Check the deployed tier for every known silent failure; exit 6 when a check fails."""
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        _verify(inventory, VaultOptions.of(vault_id, vault_password_file, ask_vault_pass), check,
-                as_json, junit, verbose, limit, roundtrip,
-                roundtrip_store.value if roundtrip_store else None, storage_result, connection)
+    with reaching(connection) as reach:
+        _verify(inventory, vault, check, as_json, junit, verbose, limit, roundtrip,
+                roundtrip_store.value if roundtrip_store else None, storage_result, reach)
 
 
+@option_group(READER)
 def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
                                                   help="an error text or symptom")],
-           inventory: InventoryOpt, vault_id: VaultIdOpt = None,
-           vault_password_file: VaultPasswordFileOpt = None,
-           ask_vault_pass: AskVaultOpt = False,
+           inventory: InventoryOpt, vault: VaultOptions, connection: ConnectionOptions,
            list_symptoms: Annotated[bool, typer.Option(
                "--list", is_eager=True, callback=_list_symptoms,
                help="list every symptom doctor knows and the checks it runs, and "
-                    "exit")] = False,
-           become: BecomeOpt = False, ask_become_pass: AskBecomeOpt = False,
-           become_user: BecomeUserOpt = None, user: UserOpt = None,
-           private_key: PrivateKeyOpt = None, forks: ForksOpt = None) -> None:
+                    "exit")] = False) -> None:
     """Map a symptom (\"401 Unauthorized\", \"low hit rate\"…) to the checks that explain
     it, and run those."""
     from deploy_kit.verify.doctor import diagnose
 
-    vault = VaultOptions.of(vault_id, vault_password_file, ask_vault_pass)
     matches = diagnose(symptom)
     ids: list[str] | None = None
     if not matches:
@@ -193,7 +143,5 @@ def doctor(symptom: Annotated[str, typer.Argument(metavar="SYMPTOM",
         for why, checks in matches:
             console().print(f"[bold]likely:[/] {why} → {', '.join(checks)}")
             ids += [c for c in checks if c not in ids]
-    with reaching(ConnectionOptions(become, ask_become_pass, become_user, user, private_key,
-                                    forks)) as connection:
-        _verify(inventory, vault, ids, False, None, ids is not None, None,
-                connection=connection)
+    with reaching(connection) as reach:
+        _verify(inventory, vault, ids, False, None, ids is not None, None, connection=reach)

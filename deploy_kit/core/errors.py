@@ -75,3 +75,15 @@ class HostsUnreachable(DeployKitError):
 
 class VerifyFailed(DeployKitError):
     exit_code = ExitCode.VERIFY_FAILED
+
+
+class BadInput(DeployKitError):
+    """A command-line value the run cannot take, found below the CLI (a --limit that names
+    nothing, an unknown tag, a missing vars file). The CLI shows it as the usage error of the
+    option `param_hint` names; elsewhere it is an ordinary error with exit 2."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, *, param_hint: str | None = None) -> None:
+        super().__init__(message)
+        self.param_hint = param_hint

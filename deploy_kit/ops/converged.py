@@ -15,7 +15,7 @@ from typing import Any
 from deploy_kit.config import names
 from deploy_kit.config.site import Host
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
-from deploy_kit.ops.upgrade import host_versions
+from deploy_kit.plan.upgrade import host_versions
 from deploy_kit.render import consul_tls, monitoring, self_heal
 from deploy_kit.render.storage import HAPROXY_STATS_ENV_PATH
 from deploy_kit.render.tls import HAPROXY_PEM_PATH
@@ -181,6 +181,6 @@ def watch(host: Host, rendered: Iterable[str]) -> dict[str, Any]:
         "breaker_units": units,
         "breaker_pattern": pattern,
         # what the host runs once converged: an upgrade is a record whose versions differ
-        # from the inventory's (ops/upgrade.py)
+        # from the inventory's (plan/upgrade.py)
         "versions": host_versions(host),
     }

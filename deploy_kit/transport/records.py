@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from deploy_kit.config.site import Site
-from deploy_kit.ops.upgrade import host_versions
+from deploy_kit.plan.upgrade import host_versions
 
 # prints the record's versions ({} for a record without them), or `none` for no record
 _SCRIPT = """\

@@ -24,9 +24,9 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         try:
-            from deploy_kit.ops.consul_tls import check_consul_tls, ensure_consul_tls
+            from deploy_kit.flows.converge import tls_material
             from deploy_kit.ops.rundir import write_run_tree
-            from deploy_kit.ops.tls import check_site_tls, ensure_site_tls, refuse_bad_ca
+            from deploy_kit.ops.tls import refuse_bad_ca
 
             site = open_site(args, task_vars, self._loader)
             refuse_bad_ca(site)  # the CA `up` would refuse
@@ -35,16 +35,12 @@ class ActionModule(ActionBase):
             parent = Path(args.get("parent") or C.DEFAULT_LOCAL_TMP)
             scratch = Path(tempfile.mkdtemp(prefix="deploykit-render-", dir=parent))
             out = scratch / "tree"
-            # the run's --check (this task itself runs with check_mode: false, to render):
-            # nothing is written beside the inventory; the would-be CA and certificates
-            # live in this run's scratch directory, which Ansible removes
-            if task_vars.get("ansible_check_mode"):
-                issued, sources = check_site_tls(site, scratch / "tls")
-                consul, sources = check_consul_tls(site, scratch / "tls", sources)
-            else:  # as `up` does
-                issued, sources = ensure_site_tls(site), None
-                consul = ensure_consul_tls(site)
-            issued += consul
+            # as `up` does; under the run's --check (this task itself runs with
+            # check_mode: false, to render) nothing is written beside the inventory: the
+            # would-be CA and certificates live in this run's scratch directory, which
+            # Ansible removes
+            issued, sources = tls_material(
+                site, scratch / "tls" if task_vars.get("ansible_check_mode") else None)
             count = write_run_tree(site, out, sources)
         except Exception as exc:  # every failure becomes the task's
             result.update(failure(exc))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy_kit.cli.options import ConnectionOptions
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host
+from deploy_kit.flows.request import ConnectionOptions
 from deploy_kit.transport.hosts import run_many
 from tests.local_site import local_site
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from deploy_kit.cli.connection import on_site, reaching
-from deploy_kit.cli.options import ConnectionOptions
+from deploy_kit.flows.request import ConnectionOptions, on_site, reaching
 from deploy_kit.ops.site import open_site
 from tests.cli import run_cli
 from tests.conftest import InventoryFactory

@@ -28,7 +28,7 @@ LAB = REPO / "deploykit-lab" / "deploykit_lab"
 # (the version, console, project paths, safe_read) sits below core, which uses two of them:
 # geometry reads config.json through safe_read, and the envelope stamps __version__.
 LAYERS = ("agents", "leaf", "core", "config", "plan", "render", "ansible", "ops", "transport",
-          "cache", "verify", "status", "bench", "plugins", "cli")
+          "cache", "verify", "status", "flows", "bench", "plugins", "cli")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 TOP_LEVEL = {
     "deploy_kit": "leaf",  # __version__ only
@@ -41,7 +41,7 @@ TOP_LEVEL = {
 PURE_LAYERS = {"core", "config", "plan", "render"}
 PURE_MODULES = ("deploy_kit.verify.model", "deploy_kit.verify.checks",  # with submodules
                 "deploy_kit.status.model", "deploy_kit.status.view")
-IO_LAYERS = {"ansible", "ops", "transport", "cache", "bench", "plugins", "cli"}
+IO_LAYERS = {"ansible", "ops", "transport", "cache", "flows", "bench", "plugins", "cli"}
 IO_MODULES = ("deploy_kit.console", "deploy_kit.verify.probes", "deploy_kit.verify.gather",
               "deploy_kit.verify.roundtrip", "deploy_kit.status.gather", "deploy_kit.status.runs")
 

@@ -16,8 +16,8 @@ import yaml
 
 from deploy_kit.cli.app import main
 from deploy_kit.cli.environment import Environment
-from deploy_kit.ops.removal import refusals, steps
 from deploy_kit.ops.site import open_site
+from deploy_kit.plan.removal import refusals, steps
 from tests.cli import run_cli
 from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
 

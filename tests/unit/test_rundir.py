@@ -125,7 +125,7 @@ def test_up_refuses_a_setting_in_extra_vars_before_any_host(tmp_path: Path) -> N
 
 def test_playbooks_get_the_inventory_serial_as_a_run_var(
         tmp_path: Path, make_inventory: InventoryFactory) -> None:
-    from deploy_kit.cli.converge_cmds import playbook_vars
+    from deploy_kit.flows.converge import playbook_vars
 
     site = open_site(str(make_inventory(vllm={"vllm_serial": 3})))
     assert playbook_vars(site) == {"vllm_serial": 3}

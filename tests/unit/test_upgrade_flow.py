@@ -19,9 +19,9 @@ from deploy_kit.cache.keys import parse_key
 from deploy_kit.cli.app import main
 from deploy_kit.cli.environment import Environment
 from deploy_kit.config.site import Site
-from deploy_kit.ops import upgrade as up
 from deploy_kit.ops.converged import watch
 from deploy_kit.ops.site import open_site
+from deploy_kit.plan import upgrade as up
 from tests.conftest import InventoryFactory
 
 SERVING_VARS = {"vllm_accelerator": "cuda", "vllm_model": "Qwen/Qwen3-8B"}
@@ -299,8 +299,8 @@ class Calls:
 @pytest.fixture
 def flow(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """`up` with the playbook runs and verify replaced: what each wave ran and verified."""
-    from deploy_kit.cli import converge_cmds, upgrade_flow
     from deploy_kit.core.errors import VerifyFailed
+    from deploy_kit.flows import converge, upgrade
 
     calls = Calls()
 
@@ -316,8 +316,8 @@ def flow(monkeypatch: pytest.MonkeyPatch) -> Calls:
         if limit in calls.fail_verify:
             raise VerifyFailed("1 check(s) failed after the upgrade of " + limit)
 
-    monkeypatch.setattr(converge_cmds, "_run_playbook", run)
-    monkeypatch.setattr(upgrade_flow, "verify_wave", verify)
+    monkeypatch.setattr(converge, "_run_playbook", run)
+    monkeypatch.setattr(upgrade, "verify_wave", verify)
     return calls
 
 
@@ -579,7 +579,7 @@ def test_each_wave_is_a_real_limited_up_run_inside_the_flows_lock(
     from deploy_kit.ansible import runner
     from deploy_kit.ansible.command import playbook_argv
     from deploy_kit.ansible.events import RunRecord
-    from deploy_kit.cli import upgrade_flow
+    from deploy_kit.flows import upgrade
     from deploy_kit.ops.site_lock import LOCK_DIR_ENV
 
     monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
@@ -592,7 +592,7 @@ def test_each_wave_is_a_real_limited_up_run_inside_the_flows_lock(
         return RunRecord(), record_dir, 0
 
     monkeypatch.setattr(runner, "run_playbook", run)
-    monkeypatch.setattr(upgrade_flow, "verify_wave", lambda *a, **k: None)
+    monkeypatch.setattr(upgrade, "verify_wave", lambda *a, **k: None)
     old = fleet(make_inventory, 2, vllm_version="0.33.0")
     new = fleet(make_inventory, 2, vllm_version="0.34.0")
     with_records(monkeypatch, records(old))

@@ -1,6 +1,6 @@
 """Upgrades as a flow (pure): which hosts a version change moves, whether it starts a new
 LMCache key space (a cold cache), and the waves `up` rolls them in: a canary host per tier,
-then the rest in batches, each wave verified before the next (cli/upgrade_flow.py runs them).
+then the rest in batches, each wave verified before the next (flows/upgrade.py runs them).
 
 What a host runs is what its converge record says it was last converged with: the record
 (plugins/modules/deploykit_converged.py) keeps `versions` (host_versions below, rendered

@@ -1,9 +1,9 @@
-"""`up` with an upgrade pending: the waves of ops/upgrade.py, each one ordinary `up` run
+"""`up` with an upgrade pending: the waves of plan/upgrade.py, each one ordinary `up` run
 limited to its hosts (render, converge, rolling restarts, health gates, converge records),
 then verify's checks limited to the same hosts, before the next wave. One site lock for the
 whole flow; a failed run (exit 4) or a failed verify (exit 6) stops it and says how to go
 on. A stopped flow resumes by running the same command again: the records of the hosts it
-upgraded say so, and they are skipped (ops/upgrade.plan_waves).
+upgraded say so, and they are skipped (plan/upgrade.plan_waves).
 
 Why several limited runs and not one run with `serial: [1, "10%"]`: the serving play
 configures (installs the new wheels on) every host it is given at once and only the
@@ -15,23 +15,29 @@ from __future__ import annotations
 
 import functools
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-import typer
 from rich.markup import escape
 
-from deploy_kit.cli.options import AnsibleOptions, ConnectionOptions, VaultOptions
 from deploy_kit.console import console
-from deploy_kit.core.errors import DeployKitError, HostsUnreachable, VerifyFailed
+from deploy_kit.core.errors import BadInput, DeployKitError, HostsUnreachable, VerifyFailed
+from deploy_kit.flows import converge
+from deploy_kit.flows.request import (
+    AnsibleOptions,
+    ConnectionOptions,
+    VaultOptions,
+    on_site,
+    reaching,
+)
 
 if TYPE_CHECKING:
     from deploy_kit.config.site import Site
     from deploy_kit.config.vault import VaultSecrets
-    from deploy_kit.ops.upgrade import Upgrade, Wave
+    from deploy_kit.plan.upgrade import Upgrade, Wave
 
 
 @dataclass(frozen=True)
@@ -65,26 +71,25 @@ class OnceVault(VaultOptions):
 
 
 def check_batch(batch: str | None) -> None:
-    from deploy_kit.ops.upgrade import BatchError, batch_size
+    from deploy_kit.plan.upgrade import BatchError, batch_size
 
     if batch is not None:
         try:
             batch_size(batch, 1)
         except BatchError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--batch") from None
+            raise BadInput(str(exc), param_hint="--batch") from None
 
 
 def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgrade:
     """Read every (limited) host's recorded versions and compare them with the inventory."""
-    from deploy_kit.cli.connection import on_site
     from deploy_kit.config.selection import SelectionError, limited_hosts
-    from deploy_kit.ops.upgrade import detect
+    from deploy_kit.plan.upgrade import detect
     from deploy_kit.transport.records import read_versions
 
     try:
         hosts = limited_hosts(site, limit) if limit else None
     except SelectionError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--limit") from None
+        raise BadInput(str(exc), param_hint="--limit") from None
     with console().status("reading each host's converge record (versions)…"):
         recorded = read_versions(on_site(site, connection), hosts)
     found = detect(site, recorded, hosts)
@@ -93,6 +98,24 @@ def survey(site: Site, limit: str | None, connection: ConnectionOptions) -> Upgr
             console().print(f"[yellow]warning:[/] {escape(host)}: {escape(why)}; it is in "
                             "no wave, only in the last, ordinary run")
     return found
+
+
+def pending_upgrade(site: Site) -> dict[str, Any]:
+    """plan --upgrade: what `up` would print and roll, as data."""
+    from deploy_kit.plan.upgrade import plan_waves
+
+    found = survey(site, None, ConnectionOptions())
+    waves = plan_waves(site, found) if found.pending else []
+    return {
+        "lines": found.lines(),
+        "cold_cache": found.cold_cache,
+        "changes": [{"component": c.component, "from": c.old, "to": c.new,
+                     "hosts": list(c.hosts)} for c in found.changes],
+        "key_space": [{"setting": k.setting, "from": k.old, "to": k.new,
+                       "hosts": list(k.hosts), "why": k.why} for k in found.key_changes],
+        "unknown": found.unknown,
+        "waves": ["rollout: " + w.title(i, len(waves)) for i, w in enumerate(waves, 1)],
+    }
 
 
 def show_upgrade(upgrade: Upgrade) -> None:
@@ -104,7 +127,7 @@ def show_upgrade(upgrade: Upgrade) -> None:
 def staged_restart(site: Site, limit_hosts: set[str] | None) -> Upgrade:
     """--restart-serving with --canary/--batch and no version change: every serving host
     (of the limit) moves, so the restart rolls in waves with verify between them."""
-    from deploy_kit.ops.upgrade import Upgrade
+    from deploy_kit.plan.upgrade import Upgrade
 
     serving = [h.name for h in site.group("vllm")
                if limit_hosts is None or h.name in limit_hosts]
@@ -117,10 +140,12 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
     """A failure in a wave names the wave and how to go on, keeping its exit code. An
     upgrade resumes by the same command (the records); a staged restart keeps no state, so
     its way on names the hosts it did not reach (`staged_rest`)."""
-    from deploy_kit.ops.upgrade import resume_hint
+    from deploy_kit.plan.upgrade import resume_hint
 
     try:
         yield
+    except BadInput:  # a usage error stays the command line's own
+        raise
     except DeployKitError as exc:
         exc.message = f"{wave}: {exc.message}"
         how = resume_hint(inventory, shlex.join(flow.argv())) if staged_rest is None else (
@@ -131,39 +156,40 @@ def _stopping(inventory: str, flow: FlowOptions, wave: str,
         raise
 
 
-class RunPlaybook(Protocol):
-    """converge_cmds._run_playbook: one `up` run (passed in: that module calls this one)."""
-
-    def __call__(self, verb: str, playbook: str, inventory: str | list[str],
-                 vault: VaultOptions, options: AnsibleOptions, run_vars: dict[str, object],
-                 connection: ConnectionOptions, listing: tuple[str, ...],
-                 lock_wait: float = 0.0) -> None: ...
+def converge_up(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
+                run_vars: dict[str, Any], connection: ConnectionOptions,
+                listing: tuple[str, ...], lock_wait: float, flow: FlowOptions) -> None:
+    """`up`: the flow below, or, for --list-hosts/--list-tasks and --print-command (they
+    contact no host: no record to read), the one run they show."""
+    if not (listing or options.print_command):
+        run_flow(inventory, vault, options, run_vars, connection, lock_wait, flow)
+        return
+    converge.run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                          connection=connection, listing=listing, lock_wait=lock_wait)
 
 
 def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOptions,
              run_vars: dict[str, Any], connection: ConnectionOptions, lock_wait: float,
-             flow: FlowOptions, _run_playbook: RunPlaybook,
-             refuse_bad_input: Callable[[Site, AnsibleOptions], None]) -> None:
+             flow: FlowOptions) -> None:
     """`up`: read the records; no upgrade pending, one ordinary run; else the waves."""
-    from deploy_kit.cli.connection import reaching
     from deploy_kit.config.selection import limited_hosts
     from deploy_kit.ops.site import open_site
     from deploy_kit.ops.site_lock import site_lock
-    from deploy_kit.ops.upgrade import FlowError, plan_waves
+    from deploy_kit.plan.upgrade import FlowError, plan_waves
 
     check_batch(flow.batch)
     vault = OnceVault(vault.vault_ids, vault.password_files, vault.ask)
     with reaching(connection) as reach:
         site = open_site(inventory, vault.secrets())  # exit 3 before any host is contacted
-        refuse_bad_input(site, options)  # and exit 2 for the rest of bad input
+        converge.refuse_bad_input(site, options)  # and exit 2 for the rest of bad input
         name = inventory if isinstance(inventory, str) else ",".join(inventory)
         if options.tags or options.skip_tags:  # a partial run records nothing: no flow
             if flow.staged():
-                raise typer.BadParameter("--canary, --batch and --pause-after-canary roll "
-                                         "whole converges: drop --tags/--skip-tags",
-                                         param_hint="--tags")
-            _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach, (),
-                          lock_wait)
+                raise BadInput("--canary, --batch and --pause-after-canary roll "
+                               "whole converges: drop --tags/--skip-tags",
+                               param_hint="--tags")
+            converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                   reach, (), lock_wait)
             return
         # --check changes nothing and takes no lock: it shows the waves it would roll
         with (nullcontext() if options.check else site_lock(site.root, "up", lock_wait)):
@@ -179,13 +205,13 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                                 "stage; converging as usual")
             show_upgrade(upgrade)
             if not upgrade.pending:
-                _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                       reach, ())
                 return
             try:
                 waves = plan_waves(site, upgrade, flow.canary, flow.no_canary, flow.batch)
             except FlowError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--canary") from None
+                raise BadInput(str(exc), param_hint="--canary") from None
             console().print(f"[bold]rollout[/]: {len(waves)} wave(s), each verified before "
                             "the next:")
             for i, wave in enumerate(waves, 1):
@@ -193,8 +219,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
             if options.check:
                 console().print("check mode: one run over every host shows what the waves "
                                 "would change")
-                _run_playbook("up", "site.yml", inventory, vault, options, run_vars, reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, options, run_vars,
+                                       reach, ())
                 return
             for i, wave in enumerate(waves, 1):
                 title = wave.title(i, len(waves))
@@ -204,9 +230,9 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                     wave_vars = dict(run_vars)
                     if wave.restart_serving:
                         wave_vars["deploykit_restart_serving"] = True
-                    _run_playbook("up", "site.yml", inventory, vault,
-                                  replace(options, limit=",".join(wave.hosts)), wave_vars,
-                                  reach, ())
+                    converge._run_playbook("up", "site.yml", inventory, vault,
+                                           replace(options, limit=",".join(wave.hosts)),
+                                           wave_vars, reach, ())
                     verify_wave(site, wave, reach, title)
                 if wave.canary and flow.pause_after_canary and \
                         not any(w.canary for w in waves[i:]):
@@ -223,8 +249,8 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
             if rest is not None:
                 console().print("[bold]the rest[/]: every host not in a wave (the Ceph "
                                 "admin host, monitoring, hosts with nothing to upgrade)")
-                _run_playbook("up", "site.yml", inventory, vault, rest[0], rest[1], reach,
-                              ())
+                converge._run_playbook("up", "site.yml", inventory, vault, rest[0], rest[1],
+                                       reach, ())
             console().print(f"[green]{'rollout' if staged else 'upgrade'} done[/]: "
                             f"{len(upgrade.moving)} host(s) in {len(waves)} wave(s), each "
                             "verified")
@@ -253,7 +279,6 @@ def final_run(site: Site, options: AnsibleOptions, run_vars: dict[str, Any],
 def verify_wave(site: Site, wave: Wave, connection: ConnectionOptions, title: str,
                 storage_result: Path = Path("runs/bench-storage/storage.json")) -> None:
     """verify's checks limited to the wave's hosts (checks that need others skip)."""
-    from deploy_kit.cli.connection import on_site
     from deploy_kit.ops.secrets_store import with_stored
     from deploy_kit.verify import report
     from deploy_kit.verify.model import Status

