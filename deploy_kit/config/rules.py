@@ -316,7 +316,7 @@ def lmcache_top_level_known(site: Site) -> Iterator[Problem]:
             known = compat.lmcache_top_level_keys(c.lmcache_version)
         except ValueError:
             continue  # versions_supported reports it
-        if c.lmcache_topology != "inprocess":
+        if c.lmcache_server:
             for key in ("lmcache_top_level_config", "lmcache_min_retrieve_tokens"):
                 if getattr(c, key):
                     yield Problem(_src(site, host, key), key,
@@ -577,7 +577,7 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
     if "vllm" in host.groups:
         # every instance listens on vllm_port + i (config/instances.py)
         claims += [(c.vllm_port + i, "vllm_port") for i in range(instance_count(c))]
-        if c.lmcache_topology == "server":
+        if c.lmcache_server:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
@@ -1026,7 +1026,7 @@ def accelerator_supported(site: Site) -> Iterator[Problem]:
                           f"{c.lmcache_topology}",
                           "leave vllm_kv_connector unset (it follows the topology)",
                           hosts=(host.name,))
-        if c.lmcache_topology == "server" and c.lmcache_mode == "nixl":
+        if c.lmcache_server and c.lmcache_mode == "nixl":
             yield Problem(_src(site, host, "lmcache_mode"), "lmcache_mode",
                           "the LMCache server's NIXL L2 adapter keeps OBJ objects under "
                           "per-process pool keys (lmcache 0.5.6 nixl_store_l2_adapter.py): "
@@ -1143,7 +1143,7 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
     (all ranks of one instance) cannot pass a full-length prefix through."""
     for host in site.group("vllm"):
         c = host.config
-        if c.lmcache_topology != "server" or host.geometry is None:
+        if not c.lmcache_server or host.geometry is None:
             continue
         length = fit.max_model_len(c, host.geometry)
         if length is None:

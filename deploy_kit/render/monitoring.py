@@ -24,8 +24,10 @@ import yaml
 
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.names import LMCACHE_SERVER_UNIT
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
+from deploy_kit.plan.serving import accelerator_of
 from deploy_kit.render.consul import consul_scrapable
 
 # where the monitoring host keeps deploykit's part of its Prometheus configuration
@@ -83,7 +85,7 @@ def _group(host: Host, tier: str, **labels: str) -> dict[str, Any]:
 
 
 def _serving_labels(c: HostConfig) -> dict[str, str]:
-    return {"model": c.served_model_name, "accelerator": c.vllm_accelerator or "cuda"}
+    return {"model": c.served_model_name, "accelerator": accelerator_of(c)}
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def _scrape_targets(site: Site) -> Targets:
             for instance in instances(host.name, c):  # each vLLM instance has its /metrics
                 add(VLLM, host, "vllm", instance.port, vllm_instance=instance.name,
                     **_serving_labels(c))
-            if c.lmcache_topology == "server" and _server_metrics(c):
+            if c.lmcache_server and _server_metrics(c):
                 add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
             add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))
         if "dns" in host.groups:
@@ -141,7 +143,7 @@ def _scrape_targets(site: Site) -> Targets:
     elif not groups[CONSUL]:
         omitted[CONSUL] = ("Consul's HTTP API, which serves its metrics, listens on loopback "
                            "(consul_http_address) or needs an ACL token with agent:read")
-    servers = [h for h in site.group("vllm") if h.config.lmcache_topology == "server"]
+    servers = [h for h in site.group("vllm") if h.config.lmcache_server]
     if servers and not groups[LMCACHE]:
         omitted[LMCACHE] = (f"LMCache {servers[0].config.lmcache_version}'s `lmcache server` "
                             "serves no metrics (compat.yaml server_metrics)")
@@ -441,7 +443,7 @@ def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     from deploy_kit.render.templating import render_template
 
     c = host.config
-    units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]
+    units = [LMCACHE_SERVER_UNIT] if c.lmcache_server else ["vllm"]
     interval = f"{min(30, _seconds(c.monitoring_scrape_interval) * 2)}s"
     return {
         S3_EVENTS_SCRIPT: (render_template("lmcache-s3-events.py.j2", patterns=S3_LOG_PATTERNS,

@@ -103,6 +103,7 @@ class ServingPlan:
     lmcache_install: bool = True
     accelerator: str = "cuda"  # cuda | rocm | gaudi3 | cpu
     lmcache_topology: str = "inprocess"  # "server": a standalone lmcache-server unit
+    lmcache_server: bool = False  # the server topology (plan/serving.py has_server)
     lmcache_server_port: int = 6555
     venv: str = "/opt/vllm"
     accelerator_count: int | None = None  # vllm_accelerator_count: devices the host must have
