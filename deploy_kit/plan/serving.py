@@ -19,6 +19,14 @@ from deploy_kit.core import compat
 
 # vllm_accelerator unset: the runtime vLLM's own default wheels target
 DEFAULT_ACCELERATOR = "cuda"
+# lmcache_topology's value for a standalone `lmcache server` unit (else "inprocess")
+SERVER_TOPOLOGY = "server"
+
+
+def server_topology(topology: str) -> bool:
+    """Whether a topology value (a host's setting, or one verify read back) means a
+    standalone LMCache server."""
+    return topology == SERVER_TOPOLOGY
 
 
 @dataclass(frozen=True)

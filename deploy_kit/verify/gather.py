@@ -66,7 +66,7 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
             needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
     return ServingPlan(
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
-        accelerator=accelerator, lmcache_topology=topology, lmcache_server=serving.has_server,
+        accelerator=accelerator, lmcache_topology=topology,
         lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
         accelerator_count=None if serving.is_cpu else c.vllm_accelerator_count,
         pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version, **nixl_pin(c)},
