@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from deploy_kit.bench import ttft_report
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError, HostsUnreachable
+from deploy_kit.plan.serving import accelerator_of
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.openai import api_key, model_name
 
@@ -240,7 +241,7 @@ def manifest(site: Site, hosts: list[Host]) -> dict[str, Any]:
     for host, seen in zip(hosts, serving_probe.probe_all(site, hosts, []), strict=True):
         api = oa.served(host.address, host.config.vllm_port, api_key(host))
         out[host.name] = {"vllm_api_version": api.version, **seen.versions,
-                          "accelerator": host.config.vllm_accelerator or "cuda",
+                          "accelerator": accelerator_of(host.config),
                           "lmcache_topology": getattr(host.config, "lmcache_topology",
                                                       "inprocess"),
                           "max_model_len": api.max_model_len}

@@ -218,7 +218,7 @@ def with_server_l1(site: Site) -> Site:
     hosts = {}
     for name, host in site.hosts.items():
         c = host.config
-        if host.geometry is not None and c.lmcache_topology == "server" and \
+        if host.geometry is not None and c.lmcache_server and \
                 c.lmcache_server_l1_size_gb is None and "vllm" in host.groups:
             c = c.model_copy(update={"lmcache_server_l1_size_gb":
                                      server_l1_gb(c, host.geometry)})

@@ -876,10 +876,17 @@ class HostConfig(BaseModel):
         return value
 
     @property
+    def lmcache_server(self) -> bool:
+        """LMCache runs as its own `lmcache server` unit beside vLLM (lmcache_topology:
+        server), not inside it. The one place the topology string is compared: config-level
+        code reads this, everything above reads plan/serving.py."""
+        return self.lmcache_topology == "server"
+
+    @property
     def kv_connector(self) -> str:
         if self.vllm_kv_connector:
             return self.vllm_kv_connector
-        return "LMCacheMPConnector" if self.lmcache_topology == "server" else "LMCacheConnectorV1"
+        return "LMCacheMPConnector" if self.lmcache_server else "LMCacheConnectorV1"
 
     @property
     def vllm_uses_api_key(self) -> bool:

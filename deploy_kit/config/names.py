@@ -54,8 +54,27 @@ def vllm_unit_path(unit: str = "vllm") -> str:
     return f"/etc/systemd/system/{unit}.service"
 
 
+def vllm_secret_env_path(c: HostConfig) -> str:
+    """VLLM_API_KEY for the vLLM units (0600, written by the role from a key it holds)."""
+    return f"{c.lmcache_config_dir}/vllm-secret.env"
+
+
+def vllm_api_keys_path(c: HostConfig) -> str:
+    """vLLM's --config file of API keys (render/vllm.py api_keys_path says why a file)."""
+    return f"{c.lmcache_config_dir}/vllm-api-keys.yaml"
+
+
+def lmcache_server_env_path(c: HostConfig) -> str:
+    return f"{c.lmcache_config_dir}/lmcache-server.env"
+
+
 VLLM_UNIT_PATH = vllm_unit_path()
+LMCACHE_SERVER_UNIT = "lmcache-server"
+LMCACHE_SERVER_UNIT_PATH = f"/etc/systemd/system/{LMCACHE_SERVER_UNIT}.service"
 HAPROXY_CFG_PATH = "/etc/haproxy/haproxy.cfg"
+# the host agents the roles copy from deploy_kit/agents (their settings are rendered)
+SELF_HEAL_SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
+S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
 RGW_CONF_PATH = "/etc/ceph/ceph.conf"
 COREDNS_UNIT_PATH = "/etc/systemd/system/coredns.service"
 CONSUL_UNIT_PATH = "/etc/systemd/system/consul.service"
@@ -65,10 +84,21 @@ COREDNS_DIR = "/etc/coredns"
 
 # Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
 # rendered tree: settings.json carries each under its own name, the roles' `dest:` reads that
-# name, and the converge record watches the same value (ops/converged.py).
+# name, and the converge record watches the same value (plan/watch.py).
 CONSUL_BINARY_PATH = "/usr/local/bin/consul"
 CONSUL_SECRETS_PATH = "/etc/consul.d/secrets.json"
 COREDNS_BINARY_PATH = "/usr/local/bin/coredns"
+# On the RGW hosts: the certificate, its chain and its key in one file, as HAProxy's
+# `bind ... ssl crt` reads it (0600 root: it holds the key).
+HAPROXY_PEM_PATH = "/etc/haproxy/deploykit-s3.pem"
+HAPROXY_STATS_ENV_PATH = "/etc/haproxy/deploykit-stats.env"
+# On the Consul agents (under /etc/consul.d, so `down` removes them with it; Consul loads only
+# *.json / *.hcl from the config directory and skips subdirectories)
+CONSUL_TLS_DIR = "/etc/consul.d/tls"
+CONSUL_TLS_CA = f"{CONSUL_TLS_DIR}/ca.pem"
+# the certificate and its key in one 0600 file: Go's X509KeyPair takes the certificate
+# blocks from cert_file and the key block from key_file, skipping the others
+CONSUL_TLS_PEM = f"{CONSUL_TLS_DIR}/agent.pem"
 # Where each OS family keeps local trust anchors, and what rebuilds the bundle awscrt reads
 # (Debian: /etc/ssl/certs/ca-certificates.crt; RHEL family: /etc/pki/tls/certs/ca-bundle.crt,
 # one of awscrt's compiled-in default locations too). The serving role tells them apart by the

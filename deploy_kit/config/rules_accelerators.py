@@ -149,7 +149,7 @@ def accelerator_supported(site: Site) -> Iterator[Problem]:
                           f"{c.lmcache_topology}",
                           "leave vllm_kv_connector unset (it follows the topology)",
                           hosts=(host.name,))
-        if c.lmcache_topology == "server" and c.lmcache_mode == "nixl":
+        if c.lmcache_server and c.lmcache_mode == "nixl":
             yield Problem(_src(site, host, "lmcache_mode"), "lmcache_mode",
                           "the LMCache server's NIXL L2 adapter keeps OBJ objects under "
                           "per-process pool keys (lmcache 0.5.6 nixl_store_l2_adapter.py): "

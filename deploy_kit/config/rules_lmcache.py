@@ -169,7 +169,7 @@ def lmcache_top_level_known(site: Site) -> Iterator[Problem]:
             known = compat.lmcache_top_level_keys(c.lmcache_version)
         except ValueError:
             continue  # versions_supported reports it
-        if c.lmcache_topology != "inprocess":
+        if c.lmcache_server:
             for key in ("lmcache_top_level_config", "lmcache_min_retrieve_tokens"):
                 if getattr(c, key):
                     yield Problem(_src(site, host, key), key,

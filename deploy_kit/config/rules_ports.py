@@ -47,7 +47,7 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
     if "vllm" in host.groups:
         # every instance listens on vllm_port + i (config/instances.py)
         claims += [(c.vllm_port + i, "vllm_port") for i in range(instance_count(c))]
-        if c.lmcache_topology == "server":
+        if c.lmcache_server:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]

@@ -131,7 +131,7 @@ def server_l1_holds_request(site: Site) -> Iterator[Problem]:
     (all ranks of one instance) cannot pass a full-length prefix through."""
     for host in site.group("vllm"):
         c = host.config
-        if c.lmcache_topology != "server" or host.geometry is None:
+        if not c.lmcache_server or host.geometry is None:
             continue
         length = fit.max_model_len(c, host.geometry)
         if length is None:

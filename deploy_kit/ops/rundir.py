@@ -26,8 +26,10 @@ from deploy_kit.core import compat
 from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
+from deploy_kit.plan import watch
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.project import project_dir
-from deploy_kit.render import consul_tls, s3_access, self_heal, tls, vllm
+from deploy_kit.render import consul_tls, s3_access, self_heal, tls
 from deploy_kit.render.files import CLUSTER, RenderedFile, Tree, render_site, write_tree
 from deploy_kit.render.storage import (
     deploykit_manages_concentrator,
@@ -38,19 +40,6 @@ SETTINGS_PATH = "/.deploykit/settings.json"
 SITE_PATH = "/.deploykit/site.json"
 SECRET_KEYS = frozenset({"deploykit_s3_access_key", "deploykit_s3_secret_key",
                          *MODEL_SECRET_KEYS})
-
-
-def lmcache_packages(c: HostConfig) -> list[str]:
-    """What the serving role pip-installs for LMCache: `nixl` mode adds the extra and the
-    pinned NIXL (compat.yaml `nixl_packages`: an unpinned extra backtracks to a release pip
-    can meet)."""
-    if c.lmcache_mode != "nixl":
-        return [f"lmcache=={c.lmcache_version}"]
-    try:
-        pins = list(compat.lmcache(c.lmcache_version).nixl_packages)
-    except ValueError:
-        pins = []
-    return [f"lmcache[nixl]=={c.lmcache_version}", *pins]
 
 
 def consul_archive_checksum(c: HostConfig) -> str:
@@ -92,8 +81,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
     names are internal: a leading underscore and the role (or `deploykit` for all) that reads
     them, so they never collide with an inventory knob."""
     c = host.config
+    serving = serving_host(host)
     settings = c.model_dump(mode="json", exclude=set(SECRET_KEYS))
-    breaker_units, breaker_pattern = converged.breaker(host)
+    breaker_units, breaker_pattern = watch.breaker(host)
     settings |= {
         LOADED_MARKER: True,
         "_deploykit_header": names.HEADER,
@@ -102,7 +92,6 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_deploykit_address": host.address,
         # every non-secret file rendered for this host (absolute paths on the host)
         "_deploykit_files": paths,
-        "_lmcache_aws_profile": names.aws_profile(c),
         "_ceph_rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
         # Consul re-reads these on SIGHUP; any other file under /etc/consul.d needs a restart
         "_consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
@@ -111,15 +100,9 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_coredns_archive_checksum": coredns_archive_checksum(c),
         "_coredns_binary_sha256": coredns_binary_sha256(c),
         "_ceph_rgw_has_stats_password": c.ceph_rgw_concentrator_monitor_password is not None,
-        "_lmcache_server": c.lmcache_topology == "server",
-        # the vLLM instances (config/instances.py): unit, port, env file and unit file each
-        "_vllm_instances": [
-            {"index": i.index, "name": i.name, "unit": i.unit, "port": i.port,
-             "env_file": names.vllm_env_path(c, i.unit), "unit_file": names.vllm_unit_path(i.unit)}
-            for i in vllm.host_instances(host)] if "vllm" in host.groups else [],
-        # CPU: the instances' units require the LMCache server, so its restart restarts them
-        "_vllm_restart_with_server": vllm.restarts_with_server(host),
-        # the heal task's unit and journal words: the converge record's own (converged.breaker)
+        # the serving shape (plan/serving.py): topology, instances, restarts
+        **serving.shape_settings(),
+        # the heal task's unit and journal words: the converge record's own (watch.breaker)
         "_lmcache_breaker_units": breaker_units,
         "_lmcache_breaker_pattern": breaker_pattern,
         # the LMCache agent (render/self_heal.py): the program the role installs (this
@@ -131,30 +114,16 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_serving_agent_units": [PurePosixPath(p).name for p in self_heal.UNITS],
         # the journal counter of LMCache's S3 trouble (render/monitoring.py), likewise
         "_monitoring_s3_events_source": str(agents.LMCACHE_S3_EVENTS),
-        **converged.role_paths(host),
-        **converged.role_units(host),
+        **watch.role_paths(host),
+        **watch.role_units(host),
     }
-    try:
-        table = compat.vllm(c.vllm_version)
-    except ValueError:
+    install = serving.install_settings()
+    if install is None:
         return settings
-    accelerator = c.vllm_accelerator or "cuda"
-    settings |= {
-        # compat.yaml: what the pinned vLLM installs on this accelerator, and from where
-        "_vllm_packages": table.packages(accelerator, c.vllm_version),
-        "_vllm_wheelhouse_required": table.needs_wheelhouse(accelerator),
-        "_vllm_groups": table.groups_for(accelerator),
-        "_serving_env_system_packages": (table.system_packages or {}).get(accelerator, []),
-        "_lmcache_packages": lmcache_packages(c),
-        "_vllm_has_api_key": c.vllm_uses_api_key,
-        # a local model directory on the controller, staged by the serving role
-        "_vllm_model_is_local": c.model_is_local,
-        "_vllm_model_on_host": c.model_path_on_host,
+    settings |= install | {
         # the role stages the directory again only when this changes (one read, not one
         # stat per file, on a re-run)
         "_vllm_model_digest": model_digest(c.vllm_model) if c.model_is_local else None,
-        # CPU hosts run vLLM on their cores: no accelerator device to look for
-        "_vllm_needs_device": accelerator != "cpu",
         # a deploykit wheelhouse (requirements.lock): the serving role installs it whole
         "_serving_env_wheelhouse_lock": lock_digest(c.vllm_wheel_dir),
         "_serving_env_wheelhouse_archive": has_archive(c.vllm_wheel_dir),

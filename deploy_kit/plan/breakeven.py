@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from deploy_kit.config.models import HostConfig
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import ModelGeometry, bytes_per_token, kv_dtype_bytes, prefill_flops
+from deploy_kit.plan.serving import accelerator_of
 
 # Dense bf16 peak per device, TFLOPS (no sparsity): compat.yaml `accelerator_models`, the one
 # table of accelerator models (with their device memory and each figure's source). `cpu` is
@@ -75,7 +76,7 @@ def group_plan(model: str, geometry: ModelGeometry, c: HostConfig, hosts: list[s
     tflops, source = effective_tflops(c)
     per_token = bytes_per_token(geometry, kv_dtype_bytes(geometry, c.vllm_kv_cache_dtype))
     gbps = c.deploykit_storage_gbps
-    plan = ServingGroupPlan(model=model, accelerator=c.vllm_accelerator or "cuda",
+    plan = ServingGroupPlan(model=model, accelerator=accelerator_of(c),
                             device=device_of(c), tensor_parallel=c.vllm_tensor_parallel_size,
                             effective_tflops=tflops, tflops_source=source, storage_gbps=gbps,
                             hosts=sorted(hosts))
@@ -140,7 +141,7 @@ def min_retrieve_tokens(c: HostConfig, geometry: ModelGeometry | None) -> int | 
     recomputed (lmcache 0.5.6 integration/vllm/vllm_v1_adapter.py:1457-1461: it still counts
     for skipping the re-store). The setting, else the serving group's break-even rounded up
     to whole chunks; None: not rendered (LMCache's default 0 reads every hit)."""
-    if c.lmcache_topology != "inprocess":
+    if c.lmcache_server:
         return None  # LMCacheMPConnector (server topology) never reads it (0.5.6)
     try:
         if "min_retrieve_tokens" not in compat.lmcache_top_level_keys(c.lmcache_version):

@@ -21,6 +21,7 @@ from deploy_kit.plan.breakeven import (
     group_plan,
     min_retrieve_tokens,
 )
+from deploy_kit.plan.serving import accelerator_of, serving_host
 
 PLAN_SCHEMA = 1
 
@@ -157,7 +158,7 @@ def serving_groups(site: Site) -> list[ServingGroupPlan]:
     for host in site.group("vllm"):
         c = host.config
         key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_kv_cache_dtype,
-               c.vllm_accelerator or "cuda", device_of(c), c.vllm_prefill_tflops,
+               accelerator_of(c), device_of(c), c.vllm_prefill_tflops,
                c.deploykit_storage_gbps)
         groups.setdefault(key, []).append(host)
     plans = []
@@ -185,7 +186,7 @@ def _host_plans(site: Site) -> list[HostPlan]:
                 tensor_parallel=c.vllm_tensor_parallel_size,
                 pipeline_parallel=c.vllm_pipeline_parallel_size,
                 dtype_bytes=kv_dtype_bytes(host.geometry, c.vllm_kv_cache_dtype)).object_bytes
-        server = c.lmcache_topology == "server"
+        server = c.lmcache_server
         plan = HostPlan(
             host=host.name, accelerator=c.vllm_accelerator or "?", block_size=host.block_size,
             workers=host.workers,
@@ -202,7 +203,7 @@ def _host_plans(site: Site) -> list[HostPlan]:
 def _with_fit(plan: HostPlan, host: Host) -> HostPlan:
     """The device columns: weights, KV capacity and max-length requests per device."""
     c = host.config
-    if host.geometry is None or c.vllm_accelerator == "cpu":
+    if host.geometry is None or serving_host(host).is_cpu:
         return plan
     try:
         result = fit.device_fit(c, host.geometry)
@@ -322,7 +323,7 @@ def _serving_warnings(site: Site) -> list[str]:
     out: dict[str, None] = {}
     for host in site.group("vllm"):
         c = host.config
-        if c.lmcache_topology != "server":
+        if not c.lmcache_server:
             continue
         if c.lmcache_server_l1_size_gb is None:
             out[f"{host.name}: the LMCache server's L1 was not computed (the context is "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host
 from deploy_kit.render.tls import Sources, tls_dir
@@ -26,13 +27,10 @@ DOMAIN = "consul"  # Consul's default domain; deploykit does not set another
 CA_CERT = "consul-ca.crt"
 CA_KEY = "consul-ca.key"
 CERT_DIR = "consul"  # under the TLS directory: <host>.pem, the certificate and its key
-# On the agents (under /etc/consul.d, so `down` removes them with it; Consul loads only
-# *.json / *.hcl from the config directory and skips subdirectories)
-HOST_DIR = "/etc/consul.d/tls"
-HOST_CA = f"{HOST_DIR}/ca.pem"
-# the certificate and its key in one 0600 file: Go's X509KeyPair takes the certificate
-# blocks from cert_file and the key block from key_file, skipping the others
-HOST_PEM = f"{HOST_DIR}/agent.pem"
+# On the agents: config/names.py says where and why
+HOST_DIR = names.CONSUL_TLS_DIR
+HOST_CA = names.CONSUL_TLS_CA
+HOST_PEM = names.CONSUL_TLS_PEM
 
 
 def enabled(host: Host) -> bool:

@@ -14,6 +14,7 @@ from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import consul, dns, lmcache_server, monitoring, self_heal, storage, vllm
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
@@ -70,7 +71,7 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
     if "vllm" in host.groups:
         if c.resolver_manage:
             files["/etc/resolv.conf"] = RenderedFile(dns.render_resolv_conf(site))
-        if c.lmcache_topology == "inprocess":
+        if serving_host(host).inprocess:
             files[names.lmcache_config_path(c)] = RenderedFile(
                 render_lmcache_yaml(c, host.geometry))
         else:

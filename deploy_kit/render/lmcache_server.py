@@ -17,12 +17,11 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.render import templating
 from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
-UNIT_PATH = "/etc/systemd/system/lmcache-server.service"
+UNIT_PATH = names.LMCACHE_SERVER_UNIT_PATH
 MQ_HOST = "127.0.0.1"  # vLLM runs beside the server: nothing else may reach its queue
 
 
-def env_path(c: HostConfig) -> str:
-    return f"{c.lmcache_config_dir}/lmcache-server.env"
+env_path = names.lmcache_server_env_path
 
 
 def l2_adapter(c: HostConfig) -> dict[str, Any] | None:

@@ -23,10 +23,13 @@ from typing import Any
 import yaml
 
 from deploy_kit.agents import lmcache_s3_events
+from deploy_kit.config import names
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.names import LMCACHE_SERVER_UNIT
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat, trusted_yaml
+from deploy_kit.plan.serving import accelerator_of
 from deploy_kit.render.consul import consul_scrapable
 
 # where the monitoring host keeps deploykit's part of its Prometheus configuration
@@ -44,7 +47,7 @@ ALERTMANAGER_DEFAULTS_PATH = "/etc/default/prometheus-alertmanager"
 NODE_EXPORTER_DEFAULTS_PATH = "/etc/default/prometheus-node-exporter"
 # Debian's node exporter reads *.prom files here (textfile collector)
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
-S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
+S3_EVENTS_SCRIPT = names.S3_EVENTS_SCRIPT
 S3_EVENTS_CONFIG = lmcache_s3_events.CONFIG
 S3_EVENTS_UNIT = "/etc/systemd/system/deploykit-lmcache-s3-events.service"
 S3_EVENTS_TIMER = "/etc/systemd/system/deploykit-lmcache-s3-events.timer"
@@ -85,7 +88,7 @@ def _group(host: Host, tier: str, **labels: str) -> dict[str, Any]:
 
 
 def _serving_labels(c: HostConfig) -> dict[str, str]:
-    return {"model": c.served_model_name, "accelerator": c.vllm_accelerator or "cuda"}
+    return {"model": c.served_model_name, "accelerator": accelerator_of(c)}
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _scrape_targets(site: Site) -> Targets:
             for instance in instances(host.name, c):  # each vLLM instance has its /metrics
                 add(VLLM, host, "vllm", instance.port, vllm_instance=instance.name,
                     **_serving_labels(c))
-            if c.lmcache_topology == "server" and _server_metrics(c):
+            if c.lmcache_server and _server_metrics(c):
                 add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
             add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))
         if "dns" in host.groups:
@@ -143,7 +146,7 @@ def _scrape_targets(site: Site) -> Targets:
     elif not groups[CONSUL]:
         omitted[CONSUL] = ("Consul's HTTP API, which serves its metrics, listens on loopback "
                            "(consul_http_address) or needs an ACL token with agent:read")
-    servers = [h for h in site.group("vllm") if h.config.lmcache_topology == "server"]
+    servers = [h for h in site.group("vllm") if h.config.lmcache_server]
     if servers and not groups[LMCACHE]:
         omitted[LMCACHE] = (f"LMCache {servers[0].config.lmcache_version}'s `lmcache server` "
                             "serves no metrics (compat.yaml server_metrics)")
@@ -443,7 +446,7 @@ def render_s3_events(host: Host) -> dict[str, tuple[str, int]]:
     from deploy_kit.render.templating import render_template, settings_json
 
     c = host.config
-    units = ["lmcache-server"] if c.lmcache_topology == "server" else ["vllm"]
+    units = [LMCACHE_SERVER_UNIT] if c.lmcache_server else ["vllm"]
     interval = f"{min(30, _seconds(c.monitoring_scrape_interval) * 2)}s"
     return {
         # the counter itself is deploy_kit/agents/lmcache_s3_events.py, installed by the

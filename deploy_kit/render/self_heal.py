@@ -38,7 +38,7 @@ from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import lmcache_server, monitoring, vllm
 
 # the agent, as the serving role installs it, and its settings, as the render writes them
-SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
+SCRIPT = names.SELF_HEAL_SCRIPT
 CONFIG = lmcache_heal.CONFIG
 HEAL_UNIT = "/etc/systemd/system/deploykit-lmcache-heal.service"
 HEAL_TIMER = "/etc/systemd/system/deploykit-lmcache-heal.timer"
@@ -89,8 +89,7 @@ def agent_config(host: Host) -> dict[str, Any]:
     c = host.config
     # the units and words `up`'s heal task and verify read (ops/converged.breaker; a test
     # holds the two equal): the server, else every in-process instance
-    server = PurePosixPath(lmcache_server.UNIT_PATH).stem if c.lmcache_topology == "server" \
-        else None
+    server = PurePosixPath(lmcache_server.UNIT_PATH).stem if c.lmcache_server else None
     instances = vllm.host_instances(host)
     return {
         "host": host.name,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.names import HAPROXY_STATS_ENV_PATH as STATS_ENV_PATH
 from deploy_kit.config.names import rgw_instance_names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
@@ -131,7 +132,7 @@ def render_haproxy(host: Host) -> str:
                            tls_pem=HAPROXY_PEM_PATH if c.deploykit_s3_tls else None)
 
 
-HAPROXY_STATS_ENV_PATH = "/etc/haproxy/deploykit-stats.env"
+HAPROXY_STATS_ENV_PATH = STATS_ENV_PATH  # config/names.py: the converge record watches it
 HAPROXY_DROPIN_PATH = "/etc/systemd/system/haproxy.service.d/deploykit-stats.conf"
 
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host
 
 DEFAULT_DIR = ".deploykit-tls"
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
-# On the RGW hosts: the certificate, its chain and its key in one file, as HAProxy's
-# `bind ... ssl crt` reads it (0600 root: it holds the key).
-HAPROXY_PEM_PATH = "/etc/haproxy/deploykit-s3.pem"
+# On the RGW hosts: HAProxy's certificate, chain and key in one file (config/names.py)
+HAPROXY_PEM_PATH = names.HAPROXY_PEM_PATH
 # On the serving hosts: Debian's local CA directory; update-ca-certificates folds it into
 # /etc/ssl/certs/ca-certificates.crt, the file awscrt (LMCache's S3 client) reads.
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"

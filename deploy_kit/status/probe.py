@@ -10,10 +10,9 @@ from __future__ import annotations
 import shlex
 
 from deploy_kit.config import names
-from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host
-from deploy_kit.ops import converged
-from deploy_kit.render import vllm
+from deploy_kit.plan import watch
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.verify.probes.serving_probe import VERSIONS_PY
 
 PROPERTIES = "Id,LoadState,ActiveState,SubState,Result,StateChangeTimestamp"
@@ -27,7 +26,7 @@ RECORD_UNITS_PY = ("import json, sys\n"
 
 def units(host: Host) -> list[str]:
     """The deploykit units this host's groups run: what its converge record watches."""
-    return converged.watched_units(host)
+    return watch.watched_units(host)
 
 
 def script(host: Host) -> str:
@@ -49,7 +48,7 @@ def script(host: Host) -> str:
                         "| head -1 | sed 's/^/ceph /'")
     if "rgw" in groups:
         versions.append("haproxy -v 2>/dev/null | head -1 | sed 's/^/haproxy /'")
-    if groups & converged.CONSUL_HOSTS:
+    if groups & watch.CONSUL_HOSTS:
         versions.append(f"{names.CONSUL_BINARY_PATH} version 2>/dev/null | head -1 "
                         "| sed 's/^/consul /'")
     if "dns" in groups:
@@ -66,7 +65,7 @@ def script(host: Host) -> str:
         # every Ceph daemon's version, cluster-wide: a mix in the middle of a Ceph upgrade
         parts.append(f"echo '### ceph_versions'; timeout 15 ceph --conf {conf} versions "
                      "-f json 2>&1 | head -c 20000; echo")
-    breaker_units, pattern = converged.breaker(host)
+    breaker_units, pattern = watch.breaker(host)
     if breaker_units and pattern:
         # LMCache turns S3 off for the life of the process: only the current invocation's
         # journal counts (the words verify and the heal task read: core/patterns.py)
@@ -79,16 +78,17 @@ def script(host: Host) -> str:
             "  journalctl _SYSTEMD_INVOCATION_ID=\"$id\" -o short-iso --no-pager -q 2>/dev/null"
             f" | grep -m1 -E {shlex.quote(pattern)} | cut -c1-300\n"
             "done")
-    if "vllm" in groups:
+    serving = serving_host(host)
+    if serving.serves:
         # the API key (if any) from the host's own 0600 file, as a header on curl's stdin:
         # never in argv or in this script (verify's serving probe does the same)
-        secret = shlex.quote(vllm.secret_env_path(host))
+        secret = shlex.quote(serving.secret_env_path)
         auth = (f"vllm_auth() {{ ( [ -r {secret} ] && . {secret} && [ -n \"$VLLM_API_KEY\" ] "
                 "&& printf 'Authorization: Bearer %s\\n' \"$VLLM_API_KEY\" ) 2>/dev/null; }\n")
         checks = "\n".join(
             f"echo \"{i.unit} {i.port} $(vllm_auth | curl -s -o /dev/null -m 3 -H @- "
             f"-w '%{{http_code}}' http://127.0.0.1:{i.port}/health)\""
-            for i in instances(host.name, c))
+            for i in serving.instances)
         parts.append("echo '### health'\n" + auth + checks)
     record = shlex.quote(c.deploykit_common_record_path)
     parts.append(f"echo '### record'\nif [ -e {record} ]; then stat -c %Y {record}; "

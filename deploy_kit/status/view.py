@@ -27,7 +27,7 @@ TIERS: tuple[tuple[str, frozenset[str], tuple[str, ...]], ...] = (
 
 
 def tier_of(unit: str) -> str:
-    """The tier a deploykit unit (ops/converged.role_units) is shown in."""
+    """The tier a deploykit unit (plan/watch.role_units) is shown in."""
     if unit.startswith("ceph-radosgw@") or unit == "haproxy":
         return "storage / gateways"
     if unit in ("consul", "coredns"):

@@ -13,6 +13,7 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.plan.plan import Plan, build_plan
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import tls
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.hosts import run_many
@@ -46,27 +47,28 @@ def serving_plan(host: Host, plan: Plan | None = None) -> ServingPlan:
     LMCache 0.3's per-request files (sizing.shm_bytes), and on CPU hosts vLLM's KV cache
     (workers x vllm_cpu_kvcache_space GiB) plus the LMCache server's L1."""
     c = host.config
-    accelerator = c.vllm_accelerator or "cuda"
+    serving = serving_host(host)
+    accelerator = serving.accelerator
     topology = c.lmcache_topology
     needs: dict[str, int] = {}
     files = next((h.shm_bytes for h in plan.hosts if h.host == host.name), 0) if plan else 0
     if files:
         needs[f"LMCache {c.lmcache_version} per-request files "
               f"({host.workers} x {c.lmcache_s3_max_inflight_reqs} x object)"] = files
-    if accelerator == "cpu":
+    if serving.is_cpu:
         kv = float(c.vllm_cpu_kvcache_space)
         engines = instance_count(c) * host.workers
         if kv:
             needs[f"vLLM CPU KV cache ({engines} x VLLM_CPU_KVCACHE_SPACE {kv:g} GiB)"] = \
                 int(engines * kv * GIB)
         l1 = l1_gb(c)  # unset outside a site: the render's fallback
-        if topology == "server" and l1:
+        if serving.has_server and l1:
             needs[f"LMCache server L1 {l1:g} GiB"] = int(l1 * GIB)
     return ServingPlan(
         vllm_install=bool(c.vllm_install), lmcache_install=bool(c.lmcache_install),
         accelerator=accelerator, lmcache_topology=topology,
         lmcache_server_port=c.lmcache_server_port, venv=c.vllm_venv,
-        accelerator_count=c.vllm_accelerator_count if accelerator != "cpu" else None,
+        accelerator_count=None if serving.is_cpu else c.vllm_accelerator_count,
         pinned={"lmcache": c.lmcache_version, "vllm": c.vllm_version, **nixl_pin(c)},
         shm_needs=needs)
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from deploy_kit.plan.serving import server_topology
+
 
 class Status(StrEnum):
     PASS = "pass"
@@ -109,6 +111,11 @@ class ServingPlan:
     pinned: dict[str, str] = field(default_factory=dict)  # lmcache, vllm -> pinned version
     # what lives in /dev/shm on this host -> bytes (LMCache 0.3 files, CPU KV cache, L1)
     shm_needs: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lmcache_server(self) -> bool:
+        """A standalone lmcache-server unit runs here (plan/serving.py reads the topology)."""
+        return server_topology(self.lmcache_topology)
 
 
 @dataclass

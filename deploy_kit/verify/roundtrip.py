@@ -21,8 +21,9 @@ from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.project import DRIVERS, driver_path
-from deploy_kit.render import lmcache_server, tls
+from deploy_kit.render import tls
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.transport.hosts import run_on, sections
 from deploy_kit.verify.model import Finding, Status
@@ -56,10 +57,10 @@ def _read(site: Site, host: Host, render: bool = False) -> HostFiles:
     """The host's deployed files; with `render`, its LMCache config is rendered from its
     settings instead (server topology, or a store the host does not run yet)."""
     c = host.config
+    serving = serving_host(host)
     paths = [names.lmcache_config_path(c), names.credentials_path(c), names.aws_config_path(c)]
     # server topology: no lmcache.yaml on the host; its LMCache server's env holds the profile
-    env_paths = [names.vllm_env_path(c)] + \
-        ([lmcache_server.env_path(c)] if c.lmcache_topology == "server" else [])
+    env_paths = serving.lmcache_env_paths
     extra = [tls.SYSTEM_BUNDLE] if c.deploykit_s3_tls else []
     script = "; ".join(f"echo '### {p}'; cat {shlex.quote(p)}" for p in
                        [*env_paths, *paths, "/etc/resolv.conf", *extra])
@@ -69,7 +70,7 @@ def _read(site: Site, host: Host, render: bool = False) -> HostFiles:
                if "=" in line and not line.startswith("#"))
     files = {p: found.get(p, "") for p in paths}
     rendered = None
-    if c.lmcache_topology == "server" or render:
+    if serving.has_server or render:
         # the in-process connector is what the driver runs: give it the settings this host's
         # settings render (the same bucket, name, region and TLS as its server's L2)
         rendered = files[names.lmcache_config_path(c)] = render_lmcache_yaml(c, host.geometry)

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from deploy_kit.config.site import Host
-from deploy_kit.ops.rundir import lmcache_packages
 from deploy_kit.ops.site import open_site
+from deploy_kit.plan.serving import lmcache_packages
 from deploy_kit.render.files import render_site
 from deploy_kit.render.tls import SYSTEM_BUNDLE
 from deploy_kit.verify.model import Status

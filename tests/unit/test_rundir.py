@@ -231,11 +231,11 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
     """One source for what a host holds: a role writes either a rendered file (its `dest:`
     the rendered path, watched with the rendered tree) or a path settings.json names (its
     `dest:` reads that name), and runs units whose names settings.json carries. The record
-    watches exactly those names (ops/converged.py), so a file or unit a role starts writing
+    watches exactly those names (plan/watch.py), so a file or unit a role starts writing
     is watched or this fails; a hand edit of it cannot survive a re-run."""
     import re
 
-    from deploy_kit.ops import converged
+    from deploy_kit.plan import watch as watch_lists
 
     site = open_site(str(REPO / "inventory" / "example"))
     tree = role_tree(site)
@@ -248,7 +248,7 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
     assert literal, "no literal dest: left to check (the pattern is stale)"
     assert literal - SCRATCH <= rendered, sorted(literal - SCRATCH - rendered)
     # every other dest: reads a name settings.json carries, and the record watches that name
-    watched_names = {n for names in converged.GROUP_PATH_NAMES.values() for n in names}
+    watched_names = {n for names in watch_lists.GROUP_PATH_NAMES.values() for n in names}
     named = set(re.findall(r"^\s+dest: \"\{\{ (_[a-z][a-z0-9_]+)", tasks, re.M))
     # the staged model directory: the record watches its marker (_vllm_model_staged_marker_path)
     named.discard("_vllm_model_on_host")
@@ -256,7 +256,7 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
     # units: every systemd task names its unit through settings (or loops over such names)
     started = re.findall(r"systemd_service:\n\s+name: (.+)$", tasks + handlers, re.M)
     assert started
-    unit_names = {n for names in converged.GROUP_UNIT_NAMES.values() for n in names}
+    unit_names = {n for names in watch_lists.GROUP_UNIT_NAMES.values() for n in names}
     # a vLLM instance's unit is read from its _vllm_instances entry (the loop's item), whose
     # units the record watches under _vllm_instance_units
     instance = {'"{{ item.unit }}"', '"{{ __serving_instance.unit }}"'}
@@ -269,16 +269,16 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
     # and on each host, the record holds the values of the names its groups write
     for host_name, host in site.hosts.items():
         watch = settings[host_name]["_deploykit_converged"]
-        groups = set(host.groups) | ({"consul"} if host.groups & converged.CONSUL_HOSTS
-                                     else set())
-        for group in groups & converged.GROUP_PATH_NAMES.keys():
-            for name in converged.GROUP_PATH_NAMES[group]:
+        groups = set(host.groups) | ({"consul"} if host.groups & watch_lists.CONSUL_HOSTS
+                                       else set())
+        for group in groups & watch_lists.GROUP_PATH_NAMES.keys():
+            for name in watch_lists.GROUP_PATH_NAMES[group]:
                 value = settings[host_name][name]
                 values = [value] if isinstance(value, str) else [] if value is None else [
                     v["path"] if isinstance(v, dict) else v for v in value.values()]
                 assert set(values) <= set(watch["paths"]), (host_name, name)
-        for group in groups & converged.GROUP_UNIT_NAMES.keys():
-            for name in converged.GROUP_UNIT_NAMES[group]:
+        for group in groups & watch_lists.GROUP_UNIT_NAMES.keys():
+            for name in watch_lists.GROUP_UNIT_NAMES[group]:
                 value = settings[host_name][name]
                 values = [value] if isinstance(value, str) else list(value.values())
                 assert set(values) <= set(watch["units"]), (host_name, name)

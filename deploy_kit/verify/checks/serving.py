@@ -404,7 +404,7 @@ def _instance_finding(host: ServingHost, instance: InstanceState) -> Finding:
        summary="the standalone LMCache server (lmcache_topology: server) is active and listens")
 def lmcache_server(obs: Observation) -> Iterator[Finding]:
     for host in obs.serving:
-        if not host.reachable or host.plan.lmcache_topology != "server":
+        if not host.reachable or not host.plan.lmcache_server:
             continue
         why = "lmcache_install is false: LMCache is not meant to run here" \
             if not host.plan.lmcache_install else _not_meant_to_run(host)

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
+from deploy_kit.plan.serving import accelerator_of
 from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import RemoteRead
 from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, hit_tokens, request_with_hits
@@ -36,7 +37,7 @@ def tier_key(host: Host) -> Hashable:
     c = host.config
     return (c.lmcache_topology, c.lmcache_mode, c.model_path_on_host,
             c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size, c.vllm_kv_cache_dtype,
-            c.lmcache_chunk_size, c.vllm_python_hash_seed, c.vllm_accelerator or "cuda")
+            c.lmcache_chunk_size, c.vllm_python_hash_seed, accelerator_of(c))
 
 
 def ring(hosts: list[Host]) -> tuple[list[tuple[Host, Host, Host | None]], dict[str, str]]:

