@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -87,12 +88,12 @@ def _module() -> types.ModuleType:
     """plugins/modules/deploykit_consul.py, its collection import served by the checkout's
     module_utils (Ansible ships it to the host the same way)."""
     name = "ansible_collections.deploykit.kvcache.plugins.module_utils.deploykit_consul_api"
-    sys.modules.setdefault(name, deploykit_consul_api)
     spec = importlib.util.spec_from_file_location(
         "deploykit_consul_module", REPO / "plugins" / "modules" / "deploykit_consul.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with mock.patch.dict(sys.modules, {name: deploykit_consul_api}):
+        spec.loader.exec_module(module)
     return module
 
 
