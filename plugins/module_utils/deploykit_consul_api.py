@@ -1,5 +1,6 @@
-"""Consul's HTTP API on this host's agent, for the rotation modules (stdlib only: it runs on
-the managed host). The token travels in the X-Consul-Token header, never in a URL or argv."""
+"""Consul's HTTP API on this host's agent, for deploykit's Consul modules (stdlib only: it runs
+on the managed host). The token travels in the X-Consul-Token header, never in a URL or argv;
+an empty token sends no header (Consul's anonymous token, as with ACLs off)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ def call(url: str, token: str, method: str, path: str, body: Any = None,
          timeout: float = 15) -> tuple[int, Any]:
     """(status, parsed JSON or text); status 0 when the agent cannot be reached."""
     data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json"} | ({"X-Consul-Token": token} if token else {})
     request = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
-                                     headers={"X-Consul-Token": token,
-                                              "Content-Type": "application/json"})
+                                     headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()

@@ -1,7 +1,7 @@
 """`deploykit remove`: what it refuses before any host is contacted (unknown hosts, the
 last gateway, DNS server or Consul server, a lost Consul majority), how it asks, the command
-it builds, and the order playbooks/remove.yml takes a host out in (read from the playbook:
-the lab proof is tests/lab/day2/test_2_remove_add.py)."""
+it builds, and the order playbooks/remove.yml takes a host out in (read from the playbook and
+the role entry points it includes: the lab proof is tests/lab/day2/test_2_remove_add.py)."""
 
 from __future__ import annotations
 
@@ -146,13 +146,16 @@ def test_steps_follow_each_hosts_groups(make_inventory: InventoryFactory) -> Non
 
 # -- the playbook ---------------------------------------------------------------------------
 
-def _names(tasks: list[dict[str, Any]]) -> list[str]:
-    found: list[str] = []
-    for task in tasks:
-        found.append(task.get("name", ""))
-        for key in ("block", "rescue", "always"):
-            found += _names(task.get(key, []))
-    return found
+def _entry_point(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tasks of the role entry point a task includes or imports (deploykit_common's shared
+    helpers left closed), so the order is read through ceph_rgw drain, consul leave..."""
+    for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+        spec = task.get(key) or {}
+        role = str(spec.get("name", "")).removeprefix("deploykit.kvcache.")
+        if spec.get("tasks_from") and role != "deploykit_common":
+            return yaml.safe_load((REPO / "roles" / role / "tasks" / spec["tasks_from"])
+                                  .read_text()) or []
+    return []
 
 
 def _tasks(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,7 +164,12 @@ def _tasks(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         found.append(task)
         for key in ("block", "rescue", "always"):
             found += _tasks(task.get(key, []))
+        found += _tasks(_entry_point(task))
     return found
+
+
+def _names(tasks: list[dict[str, Any]]) -> list[str]:
+    return [task.get("name", "") for task in _tasks(tasks)]
 
 
 def test_the_playbook_takes_one_host_at_a_time_out_of_dns_first() -> None:
@@ -211,12 +219,18 @@ def test_the_playbook_never_touches_site_data_and_purges_only_on_request() -> No
 
 def test_every_task_that_sends_a_consul_token_hides_it() -> None:
     host_play = yaml.safe_load(PLAYBOOK.read_text())[-1]
+    calls = 0
     for task in _tasks(host_play["tasks"]):
         uri = task.get("ansible.builtin.uri")
         if uri is not None:
             assert "headers" in uri and "no_log" in task, task["name"]
+        api = task.get("deploykit.kvcache.deploykit_consul")
+        if api is not None:  # the module hides its token argument; the task hides the rest
+            assert "token" in api and "no_log" in task, task["name"]
+            calls += 1
         if "set_fact" in str(task) and "X-Consul-Token" in str(task):
             assert task["no_log"] is True
+    assert calls >= 8  # every Consul call of a removal goes through the one module
 
 
 # -- adding a host ---------------------------------------------------------------------------

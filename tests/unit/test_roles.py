@@ -107,6 +107,44 @@ def test_argument_specs_name_every_input_the_role_reads(role: Path) -> None:
     assert read - defined - options == set(), role.name
 
 
+def _tasks_from_targets() -> set[tuple[str, str]]:
+    """(role, entry point) of every include_role/import_role with tasks_from in roles/ and
+    playbooks/."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                spec = node.get(key)
+                if isinstance(spec, dict) and spec.get("tasks_from"):
+                    found.add((str(spec["name"]).removeprefix("deploykit.kvcache."),
+                               str(spec["tasks_from"]).removesuffix(".yml")))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for path in sorted([*(REPO / "roles").glob("*/*/*.yml"), *(REPO / "playbooks").glob("*.yml")]):
+        walk(yaml.safe_load(path.read_text()))
+    return found
+
+
+def test_every_tasks_from_target_is_a_declared_entry_point() -> None:
+    """One way into a role: each entry point another role or a playbook reaches has an
+    argument spec (Ansible then validates its inputs), and its task file exists."""
+    targets = _tasks_from_targets()
+    assert {("ceph_rgw", "drain"), ("consul", "leave"), ("ceph_rgw", "destroy")} <= targets
+    missing = []
+    for role, entry in sorted(targets):
+        specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml")
+                               .read_text())["argument_specs"]
+        assert (REPO / "roles" / role / "tasks" / f"{entry}.yml").exists(), (role, entry)
+        if entry not in specs:
+            missing.append(f"{role} {entry}")
+    assert missing == []
+
+
 # A value the render computed (deploy_kit/ops/rundir.py host_settings): `_<area>_<name>`
 # (one underscore; a role's own facts and registers use two).
 COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving|"
