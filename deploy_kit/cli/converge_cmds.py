@@ -7,13 +7,8 @@ from typing import Annotated
 import typer
 
 from deploy_kit.cli.option_group import PLAYBOOK_RUN, option_group
-from deploy_kit.cli.options import InventoryOpt
+from deploy_kit.cli.options import InventoryOpt, WaitLockOpt
 from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOptions
-
-WaitLockOpt = Annotated[float, typer.Option(
-    "--wait-lock", min=0, metavar="SECONDS",
-    help="if another run holds this site's lock, wait up to SECONDS for it instead of "
-         "stopping at once (exit 7, naming the holder)")]
 
 
 @option_group(PLAYBOOK_RUN)

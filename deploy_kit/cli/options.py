@@ -61,3 +61,7 @@ ListHostsOpt = Annotated[bool, typer.Option(
     "--list-hosts", help="print the hosts each play would reach (Ansible's output) and stop")]
 ListTasksOpt = Annotated[bool, typer.Option(
     "--list-tasks", help="print the tasks each play would run (Ansible's output) and stop")]
+WaitLockOpt = Annotated[float, typer.Option(
+    "--wait-lock", min=0, metavar="SECONDS",
+    help="if another run holds this site's lock, wait up to SECONDS for it instead of "
+         "stopping at once (exit 7, naming the holder)")]

@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from deploy_kit.cli.converge_cmds import WaitLockOpt
 from deploy_kit.cli.option_group import PLAYBOOK_RUN, option_group
-from deploy_kit.cli.options import InventoryOpt
+from deploy_kit.cli.options import InventoryOpt, WaitLockOpt
 from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOptions
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from deploy_kit.cli.option_group import ROTATE, TRAILING, option_group
 from deploy_kit.cli.options import InventoryOpt
@@ -88,18 +87,6 @@ def origins(site: Site) -> list[Origin]:
             out.append(Origin(name, "generated", f"{store}{note}") if name in stored else
                        Origin(name, "missing", f"generated on first `deploykit up`{note}"))
     return out
-
-
-def note_not_generated(site: Site, out: Console | None = None) -> None:
-    """Read-only verbs (validate, plan, render) say what the next `up` would generate;
-    they never write the store (the rendered files hold no secret value either)."""
-    from deploy_kit.ops import secrets_store
-
-    missing = secrets_store.not_generated(site)
-    if missing:
-        (out or console()).print(f"secrets: {', '.join(missing)} not generated yet: the first "
-                        f"`deploykit up` writes them to {secrets_store.store_path(site)} "
-                        "(`deploykit secrets` lists every source)")
 
 
 def _show(inventory: list[str], vault: VaultOptions, as_json: bool) -> None:
@@ -202,7 +189,7 @@ def secrets_rotate(
     site lock, with a run record like `up`;
     asks first unless --yes or --check. A value from the vault or inventory is rotated
     there (the error says how). Never shows a value."""
-    from deploy_kit.cli.rotate_cmds import confirm, parse_what
+    from deploy_kit.cli.rotate_args import confirm, parse_what
     from deploy_kit.flows import rotate
 
     chosen = parse_what(what)

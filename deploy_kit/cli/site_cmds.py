@@ -11,7 +11,7 @@ import typer
 
 from deploy_kit.cli.option_group import READER, TRAILING, option_group
 from deploy_kit.cli.options import InventoryOpt
-from deploy_kit.cli.secrets_cmds import note_not_generated
+from deploy_kit.cli.secrets_view import note_not_generated
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.flows.request import VaultOptions
 
