@@ -16,6 +16,7 @@ import yaml
 from deploy_kit.config.models import OWNED_PREFIXES
 from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.text import first_unencodable
 from deploy_kit.safe_read import load_yaml, read_text
 
 # Set by deploykit itself for each run, never by an inventory, and never by -e either: an
@@ -50,9 +51,14 @@ def owned_keys(data: Any) -> list[str]:
 
 
 def key_problems(where: str, data: Any) -> list[Problem]:
-    """One problem per deploykit key an -e mapping sets: a run variable, a role-internal
-    name, or a setting."""
+    """One problem per deploykit key an -e mapping sets (a run variable, a role-internal
+    name, or a setting), and one for a name or value that is not encodable text."""
     problems: list[Problem] = []
+    found = first_unencodable(data, "", {}) if isinstance(data, dict) else None
+    if found is not None:
+        problems.append(Problem(where, found.lstrip(".") or "(value)",
+                                "is not valid Unicode text (a lone surrogate)",
+                                "remove it: ansible-playbook cannot encode it"))
     for key in owned_keys(data):
         if key.startswith(INTERNAL_PREFIX):
             problems.append(Problem(where, key, "is a name deploykit's roles keep for "

@@ -127,6 +127,12 @@ def with_site_values(host: Host, agreed: dict[str, SiteValue]) -> Host:
     return dataclasses.replace(host, config=host.config.model_copy(update=update))
 
 
+def with_agreed_values(hosts: dict[str, Host]) -> dict[str, Host]:
+    """Every host with the site-wide values the hosts that set them agree on."""
+    agreed = site_values(list(hosts.values()))
+    return {name: with_site_values(host, agreed) for name, host in hosts.items()}
+
+
 @dataclass(frozen=True)
 class Host:
     name: str
@@ -457,10 +463,8 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
         hosts[name] = Host(name=name, address=address, groups=frozenset(rh.groups),
                            config=config, sources=dict(rh.sources), geometry=geometry,
                            connection=connection)
-    agreed = site_values(list(hosts.values()))
-    hosts = {name: with_site_values(host, agreed) for name, host in hosts.items()}
-    site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
-                secrets_locked=bool(raw.locked_vault_files),
+    site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file,
+                hosts=with_agreed_values(hosts), secrets_locked=bool(raw.locked_vault_files),
                 rejected_groups=frozenset(rejected | raw.broken_groups),
                 source=raw.source or raw.root)
     return site, problems
