@@ -50,9 +50,8 @@ def redact(problems: list[Problem], secrets: set[str]) -> list[Problem]:
     if not forms or not problems:
         return problems
     pattern = re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
-    out = []
-    for p in problems:
-        fields = {name: pattern.sub(SHOWN_AS, getattr(p, name))
-                  for name in ("file", "key", "message", "fix")}
-        out.append(dataclasses.replace(p, **fields))
-    return out
+    def hide(text: str) -> str:
+        return pattern.sub(SHOWN_AS, text)
+
+    return [dataclasses.replace(p, file=hide(p.file), key=hide(p.key), message=hide(p.message),
+                                fix=hide(p.fix)) for p in problems]
