@@ -46,9 +46,21 @@ def configure(path: str) -> None:
     C.update(settings)
 
 
+# A logged field is at most this long, printable and one word: lease records and journal
+# lines are written by others (any serving identity, the vLLM process), and a line break in
+# one would forge a deploykit-heal journal record
+MAX_FIELD = 200
+
+
+def clean(value: object) -> str:
+    """`value` as one printable word: control and format characters dropped, blanks as _."""
+    text = "".join(c for c in str(value)[:MAX_FIELD * 4] if c.isprintable())
+    return text.replace(" ", "_")[:MAX_FIELD]
+
+
 def log(event: str, **fields: object) -> None:
-    words = " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in fields.items())
-    print(f"{event} host={C['host']} {words}".rstrip(), flush=True)
+    words = " ".join(f"{k}={clean(v)}" for k, v in fields.items())
+    print(f"{event} host={clean(C['host'])} {words}".rstrip(), flush=True)
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -76,7 +88,9 @@ def breaker_line(unit: str, state: dict[str, Any]) -> str | None:
         seen = {"invocation": current, "cursor": None, "line": None}
     if not seen["line"]:
         rule = re.compile(C["breaker_pattern"])
-        argv = ["journalctl", "_SYSTEMD_INVOCATION_ID=" + current, "-o", "short-iso",
+        # -o cat: each line as the process wrote it, which the pattern is anchored to
+        # (core/patterns.py BREAKER: LMCache's logger prefix and suffix)
+        argv = ["journalctl", "_SYSTEMD_INVOCATION_ID=" + current, "-o", "cat",
                 "--no-pager", "-q", "--show-cursor"]
         if seen["cursor"]:
             argv += ["--after-cursor", seen["cursor"]]
@@ -84,7 +98,7 @@ def breaker_line(unit: str, state: dict[str, Any]) -> str | None:
             if line.startswith("-- cursor: "):
                 seen["cursor"] = line[len("-- cursor: "):]
             elif seen["line"] is None and rule.search(line):
-                seen["line"] = line.strip()
+                seen["line"] = clean(line.strip())
     units[unit] = seen
     found: str | None = seen["line"]
     return found
@@ -94,6 +108,41 @@ def breaker_line(unit: str, state: dict[str, Any]) -> str | None:
 
 class Unreachable(Exception):
     """S3 does not answer: storage is not back."""
+
+
+# Lease objects are written by every serving identity of the site, so none is trusted as it
+# is: only keys `<lease_key>.<12 ASCII digits>` count, a record is read to at most
+# MAX_LEASE_BYTES, and one that is not {host: a short host name, expires: a time no further
+# than lease_ttl ahead, ...} holds nothing (lease(): None).
+LEASE_NUMBER = re.compile(r"[0-9]{12}")
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+MAX_LEASE_BYTES = 4096
+MAX_LEASE_PAGES = 100  # 100,000 keys: far more than restarts within the lifecycle window
+CLOCK_SKEW = 300  # seconds another host's clock may run ahead of this one's
+
+
+def lease(record: Any, now: float) -> dict[str, Any] | None:
+    """A lease record as the agent may act on it, or None for one it cannot trust (a
+    non-mapping, a missing or odd host, an expiry not a number or beyond now + lease_ttl).
+    A freed lease is {"host": ""}."""
+    if not isinstance(record, dict):
+        return None
+    host = record.get("host")
+    if host == "":
+        return {"host": ""}
+    expires: Any = record.get("expires")
+    since: Any = record.get("since", 0)
+    if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+        return None
+    for number in (expires, since):
+        if isinstance(number, bool) or not isinstance(number, int | float) \
+                or number != number or abs(number) == float("inf"):
+            return None
+    if expires > now + C["lease_ttl"] + CLOCK_SKEW:  # held "for ever": not a lease we honour
+        return None
+    reason = record.get("reason")
+    return {"host": host, "expires": float(expires), "since": float(since),
+            "reason": reason if isinstance(reason, str) else ""}
 
 
 def s3() -> Any:
@@ -136,20 +185,25 @@ def current(client: Any) -> tuple[int, dict[str, Any] | None]:
     keys: list[str] = []
     token: str | None = None
     try:
-        while True:
+        for _ in range(MAX_LEASE_PAGES):
             extra: dict[str, str] = {"ContinuationToken": token} if token else {}
             page = client.list_objects_v2(Bucket=C["bucket"], Prefix=C["lease_key"] + ".",
                                           **extra)
-            keys += [o["Key"] for o in page.get("Contents", [])]
+            keys += [str(o.get("Key", "")) for o in page.get("Contents", [])
+                     if isinstance(o, dict)]
             if not page.get("IsTruncated"):
                 break
             token = page["NextContinuationToken"]
+        else:
+            raise Unreachable("too many lease objects to list")
     except ClientError as exc:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         raise Unreachable(f"HTTP {status} listing the lease") from exc
     except BotoCoreError as exc:
         raise Unreachable(type(exc).__name__) from exc
-    numbers = [int(k.rsplit(".", 1)[1]) for k in keys if k.rsplit(".", 1)[1].isdigit()]
+    prefix = C["lease_key"] + "."
+    numbers = [int(k[len(prefix):]) for k in keys
+               if k.startswith(prefix) and LEASE_NUMBER.fullmatch(k[len(prefix):])]
     if not numbers:
         return 0, None
     n = max(numbers)
@@ -161,14 +215,28 @@ def lease_key(n: int) -> str:
 
 
 def read_lease(client: Any, n: int) -> dict[str, Any]:
+    """Lease number n as lease() trusts it; {} when it is missing or untrusted."""
     status, got = _call(client.get_object, Key=lease_key(n))
     if status == 404:
         return {}
     if status != 200:
         raise Unreachable(f"HTTP {status} reading the lease")
+    body = got["Body"]
     try:
-        record: dict[str, Any] = json.loads(got["Body"].read() or b"{}")
-    except ValueError:
+        data = body.read(MAX_LEASE_BYTES + 1)
+    finally:
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+    if len(data) > MAX_LEASE_BYTES:
+        log("lease-untrusted", number=n, why="too_long")
+        return {}
+    try:
+        record = lease(json.loads(data or b"{}"), time.time())
+    except (ValueError, RecursionError):
+        record = None
+    if record is None:
+        log("lease-untrusted", number=n)
         return {}
     return record
 
@@ -177,11 +245,10 @@ def acquire(client: Any, reason: str) -> int | dict[str, Any]:
     """The lease key number this host now holds; else the holder's record."""
     n, held = current(client)
     now = time.time()
-    if held and held.get("host") and held.get("host") != C["host"] \
-            and held.get("expires", 0) > now:
+    if held and held["host"] and held["host"] != C["host"] and held["expires"] > now:
         return held
-    if held and held.get("host"):  # expired (its holder died mid-restart), or this host's own
-        log("lease-takeover", previous=held.get("host"), since=int(held.get("since", 0)))
+    if held and held["host"]:  # expired (its holder died mid-restart), or this host's own
+        log("lease-takeover", previous=held["host"], since=int(held["since"]))
     body = json.dumps({"host": C["host"], "reason": reason, "since": now,
                        "expires": now + C["lease_ttl"]}).encode()
     status, _ = _call(client.put_object, Key=lease_key(n + 1), Body=body, IfNoneMatch="*",
@@ -194,6 +261,12 @@ def acquire(client: Any, reason: str) -> int | dict[str, Any]:
 
 
 def release(client: Any, n: int) -> None:
+    """Free lease number n, only while this host holds it: a lease taken over after it
+    expired is the new holder's."""
+    held = read_lease(client, n)
+    if held.get("host") != C["host"] or current(client)[0] != n:
+        log("lease-release-skipped", number=n, holder=held.get("host") or "-")
+        return
     body = json.dumps({"host": "", "released_by": C["host"], "at": time.time()}).encode()
     status, _ = _call(client.put_object, Key=lease_key(n), Body=body,
                       ContentType="application/json")
@@ -376,7 +449,11 @@ def main(mode: str, config: str = CONFIG) -> None:
         state = load_state()
         started = time.monotonic()
         while True:
-            done = heal_once(state, mode)
+            try:
+                done = heal_once(state, mode)
+            except Exception as exc:  # a bad record or answer: this tick only, never the loop
+                log("heal-error", error=type(exc).__name__)
+                done = False
             save(state)
             # each waits its turn for the lease (the hosts a storage outage tripped heal one
             # after another, not a timer tick apart), and a tripped host polls S3 so that it

@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 
 from deploy_kit.config.models import OWNED_PREFIXES
+from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.text import first_unencodable
 from deploy_kit.safe_read import load_yaml, read_text
 
 # Set by deploykit itself for each run, never by an inventory, and never by -e either: an
@@ -32,17 +34,37 @@ RUN_VARS = {
 MAX_VARS_FILE = 4 << 20
 
 
+# `_`: every name the render computes (settings.json's `_<role>_*`, the site facts
+# `_deploykit_site`, the loaded marker `_deploykit_settings_loaded`) and every name a role
+# registers (`__<role>_*`). An extra var outranks include_vars, so one of these in -e would
+# replace what deploykit rendered and validated (`_deploykit_settings_loaded=true`: every
+# role on raw inventory values).
+INTERNAL_PREFIX = "_"
+VAULT_HEADER = "$ANSIBLE_VAULT;"
+
+
 def owned_keys(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return []
-    return sorted(str(k) for k in data if str(k).startswith(OWNED_PREFIXES))
+    return sorted(str(k) for k in data
+                  if str(k).startswith((*OWNED_PREFIXES, INTERNAL_PREFIX)))
 
 
 def key_problems(where: str, data: Any) -> list[Problem]:
-    """One problem per deploykit key an -e mapping sets: a run variable, or a setting."""
+    """One problem per deploykit key an -e mapping sets (a run variable, a role-internal
+    name, or a setting), and one for a name or value that is not encodable text."""
     problems: list[Problem] = []
+    found = first_unencodable(data, "", {}) if isinstance(data, dict) else None
+    if found is not None:
+        problems.append(Problem(where, found.lstrip(".") or "(value)",
+                                "is not valid Unicode text (a lone surrogate)",
+                                "remove it: ansible-playbook cannot encode it"))
     for key in owned_keys(data):
-        if key in RUN_VARS:
+        if key.startswith(INTERNAL_PREFIX):
+            problems.append(Problem(where, key, "is a name deploykit's roles keep for "
+                                    "themselves; -e cannot set it",
+                                    "remove it (set deploykit settings in the inventory)"))
+        elif key in RUN_VARS:
             problems.append(Problem(where, key, "is set by deploykit for each run; -e cannot "
                                     "change it", RUN_VARS[key]))
         else:
@@ -73,30 +95,58 @@ def inline_vars(text: str) -> dict[str, Any]:
     return dict(pairs)
 
 
+def unreadable_why(exc: Exception) -> str:
+    """Why a value or file could not be read, without any of its text (a YAML error's
+    message quotes the line it stopped at, which may hold a secret): the kind of error and
+    where."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"is not valid YAML{where}"
+    if isinstance(exc, yaml.YAMLError):
+        return "is not valid YAML"
+    if isinstance(exc, UnicodeError):
+        return "is not valid UTF-8 text"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def check_inline_vars(values: tuple[str, ...]) -> None:
-    """Exit 3 (nothing contacted) when an inline -e value is unreadable or sets a setting."""
+    """Exit 3 (nothing contacted) when an inline -e value is unreadable or sets a setting.
+    A value is named by its place, never quoted: it may be a secret."""
     problems: list[Problem] = []
-    for text in values:
+    for number, text in enumerate(values, 1):
+        where = f"--extra-vars #{number}"
         try:
             data = inline_vars(text)
         except (ValueError, yaml.YAMLError) as exc:
-            problems.append(Problem("--extra-vars", text[:60], str(exc).splitlines()[0],
+            problems.append(Problem(where, "(value)", unreadable_why(exc),
                                     "give key=value pairs, a {…} mapping, or @file"))
             continue
-        problems += key_problems("--extra-vars", data)
+        problems += key_problems(where, data)
     if problems:
         raise InventoryError(problems)
 
 
-def check_extra_vars(paths: tuple[Path, ...]) -> None:
-    """Exit 3 (nothing contacted) when a vars file sets a deploykit setting or is unreadable."""
+def check_extra_vars(paths: tuple[Path, ...], vault: VaultSecrets | None = None) -> None:
+    """Exit 3 (nothing contacted) when a vars file sets a deploykit setting or is unreadable.
+    A vault-encrypted file is decrypted with the run's vault secrets, as ansible-playbook
+    does (refused, naming the vault ids, when they cannot); `vault` None: not known yet,
+    such a file is left to the check made once they are."""
     problems: list[Problem] = []
     for path in paths:
         try:  # bounded like every inventory file: no FIFO wait, no size or nesting bomb
-            data, _ = load_yaml(read_text(path, MAX_VARS_FILE))
+            text = read_text(path, MAX_VARS_FILE)
+            if text.lstrip().startswith(VAULT_HEADER):
+                if vault is None:
+                    continue
+                text = vault.decrypt(text, str(path), "--extra-vars")
+            data, _ = load_yaml(text)
+        except InventoryError as exc:
+            problems += exc.problems
+            continue
         except (OSError, ValueError, yaml.YAMLError) as exc:
-            reason = f"cannot read: {exc}".splitlines()[0]
-            problems.append(Problem(str(path), "--extra-vars", reason,
+            problems.append(Problem(str(path), "--extra-vars",
+                                    f"cannot read: {unreadable_why(exc)}",
                                     "pass a readable YAML or JSON mapping"))
             continue
         if data is not None and not isinstance(data, dict):

@@ -143,12 +143,41 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     env = env or Environment()
     with env.active():
-        rc = _run(args, debug, env)
+        why = unencodable_argument(args)
+        rc = _run(args, debug, env) if why is None else _usage(env, why)
         try:  # what is still buffered meets the reader now, not at interpreter exit
             env.stdout.flush()
         except BrokenPipeError:
             rc = _reader_gone(env)
         return rc
+
+
+def unencodable_argument(args: list[str]) -> str | None:
+    """Why an argument cannot be passed on, or None. Each is handed to Ansible (-e, --limit,
+    --tags, paths) or printed: a byte that is not UTF-8 reaches Python as a lone surrogate,
+    which no argv, file or terminal can encode. The value is never quoted."""
+    for i, arg in enumerate(args):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            option, _, _ = arg.partition("=")
+            before = args[i - 1] if i else ""
+            name = (f"the value of {option}" if arg.startswith("--") and "=" in arg
+                    and option.isascii() else f"argument {i + 1}" +
+                    (f" (after {before})" if before.isascii() and before else ""))
+            return (f"{name} is not valid UTF-8 text (a lone surrogate or a byte that is not "
+                    "UTF-8); retype it")
+    return None
+
+
+def _usage(env: Environment, why: str) -> int:
+    env.stderr.write(f"Error: {why}\n")
+    return ExitCode.USAGE
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal can take it: what does not encode as UTF-8, as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _reader_gone(env: Environment) -> int:
@@ -169,15 +198,15 @@ def _run(args: list[str], debug: bool, env: Environment) -> int:
         return rc if isinstance(rc, int) else ExitCode.OK
     except InventoryError as exc:
         for problem in exc.problems:
-            console().print(str(problem), markup=False, soft_wrap=True)
+            console().print(printable(str(problem)), markup=False, soft_wrap=True)
         console().print(f"[red]{len(exc.problems)} problem(s) in the inventory; "
                         "no host was contacted.[/]")
         return exc.exit_code
     except DeployKitError as exc:
         # messages quote paths and values: `[/]` in one is text, never rich markup
-        console().print(f"[red]error:[/] {escape(exc.message)}", markup=True)
+        console().print(f"[red]error:[/] {escape(printable(exc.message))}", markup=True)
         if exc.hint:
-            console().print(f"hint: {exc.hint}", markup=False)
+            console().print(f"hint: {printable(exc.hint)}", markup=False)
         if debug:
             console().print_exception()
         return exc.exit_code

@@ -566,6 +566,9 @@ class HostConfig(BaseModel):
     # a controller directory of wheels (the site's wheelhouse) vLLM installs from instead of
     # PyPI; needed for ROCm and Gaudi3 builds (relative: to the inventory)
     vllm_wheel_dir: str = ""
+    # where the serving role copies that wheelhouse on the host for the install; the whole
+    # directory is deleted (as root) after every venv build, so it is held to the path rules
+    vllm_wheel_staging_dir: str = "/var/cache/deploykit-wheels"
     vllm_health_timeout: int = Field(default=1800, ge=10, le=86400)
     vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
     # the OpenAI API's bearer key, written to a 0600 env file as VLLM_API_KEY (never in argv);
@@ -734,7 +737,7 @@ class HostConfig(BaseModel):
 
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
                      "deploykit_ceph_conf", "vllm_models_dir", "lmcache_nixl_ca_bundle",
-                     "deploykit_common_record_path")
+                     "deploykit_common_record_path", "vllm_wheel_staging_dir")
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)

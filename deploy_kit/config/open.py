@@ -11,9 +11,10 @@ from deploy_kit.config.ansible_inventory import load_with_ansible
 from deploy_kit.config.fit import with_server_l1
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.raw import RawInventory
+from deploy_kit.config.redact import redact, secret_values
 from deploy_kit.config.rulebook import Rule
 from deploy_kit.config.rules import validate_site
-from deploy_kit.config.rules_inventory import validate_raw
+from deploy_kit.config.rules_inventory import unencodable, validate_raw
 from deploy_kit.config.site import Site, build_site
 from deploy_kit.config.vault import VaultSecrets, from_password_file
 from deploy_kit.core.errors import InventoryError
@@ -33,10 +34,12 @@ def load_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None 
     raw: RawInventory = load_inventory(paths[0], secrets, collect=True) if len(paths) == 1 \
         else load_with_ansible(paths, secrets)
     problems = list(raw.problems)
+    if text_problems := unencodable(raw):  # nothing past the reader may fail to encode it
+        raise InventoryError(redact(problems + text_problems, secret_values(raw)))
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
         site = with_server_l1(site)  # the LMCache server's computed L1 (config/fit.py)
         problems += more + validate_site(site, rules) + validate_raw(raw)
     if problems:
-        raise InventoryError(problems)
+        raise InventoryError(redact(problems, secret_values(raw)))
     return dataclasses.replace(site, vault=secrets, sources=tuple(paths))

@@ -106,24 +106,20 @@ def coredns_answers_the_site(site: Site) -> Iterator[Problem]:
                           hosts=(dns.name,))
 
 
-_CONSUL_TLS_WHY = {"consul_tls_enabled": "a TLS agent and a plain one cannot talk RPC",
-                   "consul_datacenter": "the server certificates name one datacenter"}
-
-
 @rule
 def consul_tls_agrees(site: Site) -> Iterator[Problem]:
-    """consul_tls_enabled is one value for every Consul agent (a TLS server refuses a plain
-    agent's RPC), and with it one datacenter (the server certificates name it)."""
+    """consul_tls_enabled is one value for every Consul agent: a TLS server refuses a plain
+    agent's RPC. (The datacenter the server certificates name is one value for the whole
+    site: site.SITE_KEYS.)"""
     agents = [h for h in site.hosts.values()
               if h.config.deploykit_dns_mode == "consul" and h.groups & {"rgw", "consul_servers"}]
-    keys = ("consul_tls_enabled", "consul_datacenter") \
-        if any(h.config.consul_tls_enabled for h in agents) else ("consul_tls_enabled",)
-    for key in keys:
-        values = [getattr(h.config, key) for h in agents]
-        common = max(values, key=values.count) if values else None
-        for host in (h for h, v in zip(agents, values, strict=True) if v != common):
-            yield Problem(_src(site, host, key), key,
-                          f"{host.name} has {getattr(host.config, key)!r}, the other Consul "
-                          f"agents {common!r}", "use one value on every Consul agent (rgw "
-                          "and consul_servers): " + _CONSUL_TLS_WHY[key], hosts=(host.name,))
+    key = "consul_tls_enabled"
+    values = [getattr(h.config, key) for h in agents]
+    common = max(values, key=values.count) if values else None
+    for host in (h for h, v in zip(agents, values, strict=True) if v != common):
+        yield Problem(_src(site, host, key), key,
+                      f"{host.name} has {getattr(host.config, key)!r}, the other Consul "
+                      f"agents {common!r}", "use one value on every Consul agent (rgw "
+                      "and consul_servers): a TLS agent and a plain one cannot talk RPC",
+                      hosts=(host.name,))
 

@@ -27,6 +27,7 @@ from deploy_kit.config.raw import RawHost, RawInventory
 from deploy_kit.config.site import GROUPS, address_problem
 from deploy_kit.config.vault import VaultSecrets
 from deploy_kit.core.errors import Problem
+from deploy_kit.core.text import encodable, first_unencodable, shown_name
 
 RawRule = Callable[[RawInventory], Iterator[Problem]]
 RAW_RULES: list[RawRule] = []
@@ -41,6 +42,42 @@ def validate_raw(raw: RawInventory) -> list[Problem]:
     problems: list[Problem] = []
     for check in RAW_RULES:
         problems.extend(check(raw))
+    return problems
+
+
+# --- text: every name and value is text Ansible can encode -----------------------------------
+
+# YAML's "\ud800" (and a non-UTF-8 byte in an INI or script inventory) is a lone surrogate:
+# Python holds it, but no file, argv or JSON writer can encode it, so it must not get past
+# the reader (a render, a settings file or ansible-playbook would fail on it mid-way).
+def unencodable(raw: RawInventory) -> list[Problem]:
+    """Every host name, group name and variable (name or value, at any depth) that is not
+    encodable text, named by file and key, its value never quoted (it may be a secret)."""
+    problems: list[Problem] = []
+    hosts_file = str(raw.hosts_file)
+    fix = ("remove the lone surrogate (a \\ud800-style escape that is not half of a pair, "
+           "or a byte that is not UTF-8)")
+    for group in raw.group_depth:
+        if not encodable(group):
+            problems.append(Problem(hosts_file, shown_name(group),
+                                    "group name is not valid Unicode text", fix))
+    seen: dict[int, str | None] = {}
+    for name, host in raw.hosts.items():
+        if not encodable(name):
+            problems.append(Problem(hosts_file, shown_name(name),
+                                    "host name is not valid Unicode text", fix))
+            continue
+        for key, value in host.vars.items():
+            where = host.sources.get(key, hosts_file)
+            if isinstance(key, str) and not encodable(key):
+                problems.append(Problem(where, shown_name(key),
+                                        "variable name is not valid Unicode text", fix,
+                                        hosts=(name,)))
+                continue
+            found = first_unencodable(value, "", seen)
+            if found is not None:
+                problems.append(Problem(where, f"{key}{found}",
+                                        "value is not valid Unicode text", fix, hosts=(name,)))
     return problems
 
 

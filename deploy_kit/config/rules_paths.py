@@ -89,9 +89,11 @@ PRIVATE_DIRS: dict[str, tuple[str, tuple[str, ...] | None]] = {
                                                           "weights")),
     "vllm_venv": ("made a Python virtual environment", None),
     "lmcache_disk_path": ("filled with LMCache's chunk files", None),
+    "vllm_wheel_staging_dir": ("filled with the wheelhouse and deleted after every venv "
+                               "build", ()),
 }
 # of those, the ones whose whole tree the roles delete or re-own: nothing else may be in it
-DESTRUCTIVE_DIRS = ("consul_data_dir",)
+DESTRUCTIVE_DIRS = ("consul_data_dir", "vllm_wheel_staging_dir")
 RECORD_KEY = "deploykit_common_record_path"
 BINARY_SOURCES = {"consul_binary_src": "consul", "coredns_binary_src": "coredns"}
 BINARY_GROUPS = {"consul_binary_src": frozenset({"rgw", "consul_servers"}),
@@ -160,6 +162,7 @@ def _host_dirs(host: Host) -> dict[str, str]:
     if "vllm" in host.groups:
         dirs["lmcache_config_dir"] = c.lmcache_config_dir
         dirs["vllm_venv"] = c.vllm_venv
+        dirs["vllm_wheel_staging_dir"] = c.vllm_wheel_staging_dir
         if c.model_is_local:
             dirs["vllm_models_dir"] = c.vllm_models_dir
         if c.lmcache_mode == "disk":

@@ -11,7 +11,7 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.config.rulebook import agree as _agree
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
-from deploy_kit.config.site import Site
+from deploy_kit.config.site import PER_HOST_SETTINGS, Site, comparable
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
 
@@ -53,10 +53,41 @@ def versions_supported(site: Site) -> Iterator[Problem]:
 
 @rule
 def site_values_agree(site: Site) -> Iterator[Problem]:
-    """Site-wide values (the S3 name, bucket, port, DNS mode) must be one value everywhere."""
-    keys = ("deploykit_s3_fqdn", "deploykit_s3_bucket", "deploykit_s3_port",
-            "deploykit_s3_region", "deploykit_dns_mode", "deploykit_s3_tls")
-    yield from _agree(site, list(site.hosts.values()), keys, "every host")
+    """Site-wide values (SITE_KEYS: the S3 name, bucket, its bounds and identities, DNS mode,
+    Consul datacenter, ...) are read from every host that sets them and must be one value:
+    each other value is refused, naming where it is set and where the agreed one is."""
+    for key, found in site.site_values.items():
+        values = {comparable(value) for value, _, _ in found.setters}
+        if len(values) < 2:
+            continue
+        agreed, agreed_source, agreed_hosts = found.setters[0]
+        for value, source, hosts in found.setters:
+            if comparable(value) == comparable(agreed):
+                continue
+            yield Problem(source, key,
+                          f"{_shown(value)} on {_names(hosts)}, but {agreed_source} sets "
+                          f"{_shown(agreed)} on {_names(agreed_hosts)} (one value for the site)",
+                          "set it once, in group_vars/all.yml (or the same value in both)",
+                          hosts=hosts[:1] + agreed_hosts[:1])
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _names(hosts: tuple[str, ...]) -> str:
+    return ", ".join(hosts[:3]) + (f" (+{len(hosts) - 3})" if len(hosts) > 3 else "")
+
+
+@rule
+def gateways_agree(site: Site) -> Iterator[Problem]:
+    """cephadm runs every gateway from one spec (the first gateway's daemon settings)."""
+    gateways = site.group("rgw")
+    if site.settings.ceph_rgw_mode != "cephadm":
+        return
+    keys = tuple(k for k in PER_HOST_SETTINGS if k.startswith("ceph_rgw_"))
+    yield from _agree(site, gateways, keys, "every rgw host (cephadm applies one spec)")
 
 
 @rule

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deploy_kit.config import rules_paths
-from deploy_kit.config.rulebook import agree as _agree
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Site
@@ -68,10 +67,8 @@ def _tls_dir_problem(site: Site) -> str | None:
 @rule
 def tls_settings_valid(site: Site) -> Iterator[Problem]:
     """A taken CA needs its certificate and its key; one CA, directory and lifetime site-wide
-    (every concentrator certificate is issued from the same CA on the controller)."""
-    keys = ("deploykit_tls_ca_cert", "deploykit_tls_ca_key", "deploykit_tls_dir",
-            "deploykit_tls_cert_days")
-    yield from _agree(site, list(site.hosts.values()), keys, "every host")
+    (every concentrator certificate is issued from the same CA on the controller: the four
+    are site.SITE_KEYS, held to one value by rules_site.site_values_agree)."""
     s = site.settings
     if s.deploykit_tls_dir and (why := _tls_dir_problem(site)):
         yield Problem(site.settings_source("deploykit_tls_dir"), "deploykit_tls_dir", why,
@@ -86,7 +83,7 @@ def tls_settings_valid(site: Site) -> Iterator[Problem]:
                       "an existing CA needs both its certificate and its key",
                       "set deploykit_tls_ca_cert and deploykit_tls_ca_key, or neither "
                       "(deploykit then creates a CA)")
-    for key in keys[:3]:
+    for key in ("deploykit_tls_ca_cert", "deploykit_tls_ca_key", "deploykit_tls_dir"):
         value = getattr(s, key)
         if value is not None and (not value or "\n" in value or "\x00" in value):
             yield Problem(site.settings_source(key), key, f"{value!r} is not a path",

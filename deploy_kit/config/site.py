@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import ipaddress
+import json
 import os
 import re
 import unicodedata
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
 from deploy_kit.config.load import is_reference, resolve_reference
 from deploy_kit.config.models import (
@@ -34,6 +36,101 @@ _REF_NAME = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "monitoring")
 CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",
                    "ansible_connection")
+
+# One value for the whole site: every key the render, plan, status and rules read from
+# Site.settings. Any host may set one (group_vars/ceph_admin.yml, rgw.yml, all.yml, a
+# host_vars file): the values set must agree (rules_site.site_values_agree names both places),
+# and the agreed value is every host's and Site.settings' (never the first gateway's alone).
+SITE_KEYS: tuple[str, ...] = (
+    # the S3 name and bucket, its bounds and identities
+    "deploykit_s3_fqdn", "deploykit_s3_bucket", "deploykit_s3_port", "deploykit_s3_region",
+    "deploykit_s3_tls", "ceph_rgw_s3_user", "ceph_rgw_s3_display_name",
+    "ceph_rgw_s3_lifecycle_days", "ceph_rgw_s3_quota_bytes", "ceph_rgw_s3_adopt_existing",
+    # the Ceph cluster and its RGW service
+    "deploykit_ceph_version", "deploykit_ceph_osd_count", "ceph_rgw_mode",
+    "ceph_rgw_concentrator", "ceph_rgw_service_id", "ceph_rgw_realm", "ceph_rgw_zonegroup",
+    "ceph_rgw_zone", "ceph_rgw_pools_list",
+    # DNS and Consul
+    "deploykit_dns_mode", "consul_datacenter", "consul_acl_enabled", "consul_acl_default_policy",
+    "consul_gossip_encryption", "consul_http_port", "consul_service_name",
+    # the site's TLS authority (on the controller)
+    "deploykit_tls_dir", "deploykit_tls_ca_cert", "deploykit_tls_ca_key",
+    "deploykit_tls_cert_days",
+    # the monitoring host's rules and ports
+    "monitoring_scrape_interval", "monitoring_hit_ratio_target", "monitoring_hit_ratio_for",
+    "monitoring_rgw_latency_seconds", "monitoring_ceph_osd_latency_ms",
+    "monitoring_shm_free_ratio", "monitoring_ceph_mgr_prometheus", "monitoring_ceph_mgr_targets",
+    "monitoring_prometheus_port", "monitoring_blackbox_port", "monitoring_alertmanager",
+    "monitoring_alertmanager_port",
+)
+
+# Read from Site.settings too, but each host's own: the gateway's daemons (cephadm's one spec
+# takes the first gateway's; rules_site.gateways_agree holds them to one value there), the
+# versions each accelerator pins, the serving hosts' batch, the per-host ports.
+PER_HOST_SETTINGS: tuple[str, ...] = (
+    "ceph_rgw_count_per_host", "ceph_rgw_frontend_port", "ceph_rgw_exit_timeout_secs",
+    "ceph_rgw_networks", "ceph_rgw_concentrator_monitor_port",
+    "ceph_rgw_concentrator_monitor_user", "lmcache_version", "vllm_version", "vllm_serial",
+    "coredns_port", "consul_http_address",
+)
+
+
+def comparable(value: Any) -> Any:
+    """A value two hosts' settings can be compared (and grouped) by: lists, mappings and
+    pool models as their JSON."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(to_jsonable_python(value), sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class SiteValue:
+    """A site-wide key's value and who set it: the hosts of each value set, by source file
+    (host order kept), the agreed value first. `agreed` is the default when no host sets it."""
+    key: str
+    agreed: Any
+    setters: tuple[tuple[Any, str, tuple[str, ...]], ...]  # (value, source file, hosts)
+
+    @property
+    def source(self) -> str | None:
+        return self.setters[0][1] if self.setters else None
+
+
+def site_values(hosts: list[Host]) -> dict[str, SiteValue]:
+    """Each site-wide key's agreed value over the hosts that set it: the value most hosts
+    set (a tie: the first host's in inventory order). Keys no host sets are left out."""
+    found: dict[str, SiteValue] = {}
+    for key in SITE_KEYS:
+        by_value: dict[Any, tuple[Any, dict[str, list[str]]]] = {}
+        for host in hosts:
+            if key not in host.sources:
+                continue
+            value = getattr(host.config, key)
+            entry = by_value.setdefault(comparable(value), (value, {}))
+            entry[1].setdefault(host.sources[key], []).append(host.name)
+        if not by_value:
+            continue
+        ranked = sorted(by_value.values(), key=lambda e: -sum(map(len, e[1].values())))
+        setters = tuple((value, source, tuple(names)) for value, files in ranked
+                        for source, names in files.items())
+        found[key] = SiteValue(key, ranked[0][0], setters)
+    return found
+
+
+def with_site_values(host: Host, agreed: dict[str, SiteValue]) -> Host:
+    """`host` with every site-wide key it leaves unset at the agreed value."""
+    update = {k: v.agreed for k, v in agreed.items() if k not in host.sources}
+    if not update:
+        return host
+    return dataclasses.replace(host, config=host.config.model_copy(update=update))
+
+
+def with_agreed_values(hosts: dict[str, Host]) -> dict[str, Host]:
+    """Every host with the site-wide values the hosts that set them agree on."""
+    agreed = site_values(list(hosts.values()))
+    return {name: with_site_values(host, agreed) for name, host in hosts.items()}
 
 
 @dataclass(frozen=True)
@@ -107,12 +204,23 @@ class Site:
         return {group: tuple(hosts) for group, hosts in members.items()}
 
     @cached_property
+    def site_values(self) -> dict[str, SiteValue]:
+        """Each site-wide key (SITE_KEYS) some host sets: its agreed value and its setters."""
+        return site_values(list(self.hosts.values()))
+
+    @cached_property
     def settings(self) -> HostConfig:
-        """Site-wide values: taken from the first host (rules check the others agree)."""
+        """Site-wide values: SITE_KEYS at the value the hosts that set them agree on
+        (rules_site.site_values_agree refuses two), the rest (PER_HOST_SETTINGS) the first
+        gateway's."""
         first = self.group("rgw") or list(self.hosts.values())
-        return first[0].config if first else HostConfig()
+        config = first[0].config if first else HostConfig()
+        return config.model_copy(update={k: v.agreed for k, v in self.site_values.items()})
 
     def settings_source(self, key: str) -> str:
+        """The file that sets a site-wide value (the hosts file for a default)."""
+        if key in self.site_values:
+            return self.site_values[key].source or self.hosts_file
         first = self.group("rgw") or list(self.hosts.values())
         return first[0].source(key, self.hosts_file) if first else self.hosts_file
 
@@ -355,8 +463,8 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
         hosts[name] = Host(name=name, address=address, groups=frozenset(rh.groups),
                            config=config, sources=dict(rh.sources), geometry=geometry,
                            connection=connection)
-    site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file, hosts=hosts,
-                secrets_locked=bool(raw.locked_vault_files),
+    site = Site(name=raw.root.name, root=raw.root, hosts_file=hosts_file,
+                hosts=with_agreed_values(hosts), secrets_locked=bool(raw.locked_vault_files),
                 rejected_groups=frozenset(rejected | raw.broken_groups),
                 source=raw.source or raw.root)
     return site, problems

@@ -3,12 +3,35 @@ an alert or a watch list for them, so that all of them match the same thing."""
 
 from __future__ import annotations
 
+# The breaker's line, whole, as LMCache's own logger writes it: a restart trigger, so words a
+# client controls (a prompt echoed by vLLM's request logging) must never match it. Both calls
+# are `logger.error(...)` on `init_logger(__name__)` (LMCache/LMCache lmcache/logging.py:
+# build_format, "{color}[%(asctime)s] LMCache %(levelname)s:{reset} %(message)s
+# {underline}(%(filename)s:%(lineno)d:%(name)s){reset}"):
+#   lmcache/v1/storage_backend/connector/s3_connector.py (in process):
+#     "S3 connection disabled after %s consecutive failures. All future S3 operations will be
+#     skipped."
+#   lmcache/v1/distributed/l2_adapters/s3_l2_adapter.py (server):
+#     "S3L2Adapter disabled after %d consecutive connection failures"
+# So the line starts with LMCache's prefix (after the color code, or after journalctl's
+# `time host ident[pid]: ` in short output) and ends with its logger's (file:line:name); a
+# request log starts with vLLM's own prefix, and repr() keeps a prompt's newlines escaped.
+# POSIX ERE (awk reads it too): no intervals, no \x escapes; [^ ]* takes the color codes.
+BREAKER = (
+    r"^([^ ]+ [^ ]+ [^ ]+: )?[^ ]*\[[0-9-]+ [0-9:,]+\] LMCache ERROR:[^ ]* "
+    r"(S3 connection disabled after [0-9]+ consecutive failures\. All future S3 operations "
+    r"will be skipped\.|S3L2Adapter disabled after [0-9]+ consecutive connection failures) "
+    r"[^ ]*\((s3_connector\.py:[0-9]+:lmcache\.v1\.storage_backend\.connector\.s3_connector|"
+    r"s3_l2_adapter\.py:[0-9]+:lmcache\.v1\.distributed\.l2_adapters\.s3_l2_adapter)\)"
+    r"[^ ]*$")
+
 # LMCache 0.5.6's own words for S3 trouble (awk EREs), in the running process's journal:
-# the breaker (s3_l2_adapter.py:1030 server, s3_connector.py:697 in process) never resets;
-# lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed to launch PUT"); connection-
-# class errors, three in a row trip the breaker (s3_l2_adapter.py:1022, s3_connector.py:688)
+# the breaker above never resets; lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed
+# to launch PUT"); connection-class errors, three in a row trip the breaker
+# (s3_l2_adapter.py:1022, s3_connector.py:688). Only the breaker restarts anything; the
+# other two are counted (render/monitoring.py)
 S3_LOG_PATTERNS = {
-    "breaker": "S3L2Adapter disabled after|S3 connection disabled after",
+    "breaker": BREAKER,
     "store": "Failed to upload .* to S3|failed to launch (S3 )?PUT",
     "connection": "S3L2Adapter connection error|S3 connection error",
 }

@@ -121,7 +121,7 @@ def refuse_bad_input(site: Site, options: AnsibleOptions) -> None:
     for path in options.extra_vars:
         if not path.is_file():
             raise BadInput(f"no such vars file: {path}", param_hint="--extra-vars")
-    check_extra_vars(options.extra_vars)
+    check_extra_vars(options.extra_vars, site.vault)
     check_inline_vars(options.inline_vars)
     unknown = unknown_tags(options.tags + options.skip_tags, project_dir())
     if unknown:
@@ -272,7 +272,8 @@ def issue_tls(site: Site, scratch: Path | None = None) -> Sources | None:
 
 
 def refuse_run_vars(options: AnsibleOptions) -> None:
-    """`-e` that names a deploykit setting or run variable is refused (exit 2)."""
+    """`-e` that names a deploykit setting or run variable is refused (exit 2); a vaulted
+    file waits for the run's vault secrets (refuse_bad_input)."""
     from deploy_kit.ansible.extra_vars import check_extra_vars, check_inline_vars
 
     check_extra_vars(tuple(p for p in options.extra_vars if p.is_file()))

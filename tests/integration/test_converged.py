@@ -139,8 +139,9 @@ def test_another_input_converges_every_host_it_reaches(fleet: Fleet) -> None:
 
 def test_a_tripped_breaker_converges_the_serving_host(fleet: Fleet) -> None:
     (fleet.root / "journal").write_text(
-        "2026-12-06T01:00:00 lab3 lmcache[7]: S3L2Adapter disabled after 3 consecutive "
-        "connection failures\n")
+        "2026-12-06T01:00:00 lab3 lmcache[7]: [2026-12-06 01:00:00,123] LMCache ERROR: "
+        "S3L2Adapter disabled after 3 consecutive connection failures (s3_l2_adapter.py:1030:"
+        "lmcache.v1.distributed.l2_adapters.s3_l2_adapter)\n")
     assert fleet.up() == {"gw2", "admin"}
 
 

@@ -166,7 +166,8 @@ def test_a_mixed_fleet_is_refused(make_inventory: InventoryFactory) -> None:
     assert len(ours) == 1 and "c1 has True" in str(ours[0]), mixed.value.problems
     assert "consul_servers.yml" in str(ours[0]) and "every Consul agent" in str(ours[0])
     with pytest.raises(InventoryError) as split:
-        open_site(str(make_inventory(all=ON, consul_servers={"consul_datacenter": "east"})))
+        open_site(str(make_inventory(all={**ON, "consul_datacenter": "dc1"},
+                                     consul_servers={"consul_datacenter": "east"})))
     assert [p.key for p in split.value.problems] == ["consul_datacenter"]
     # the serving hosts run no agent: their value does not count
     fine = open_site(str(make_inventory(all=ON, consul_servers={},

@@ -346,8 +346,14 @@ def test_the_journal_counter_counts_only_new_lines_per_process(
 
     journal = ["INFO started", "WARNING S3L2Adapter connection error (1/3): refused"]
     assert counts(journal) == {"breaker": 0, "store": 0, "connection": 1}
-    journal += ["WARNING S3L2Adapter connection error (2/3)", "ERROR S3L2Adapter disabled after "
-                "3 consecutive connection failures"]
+    journal += ["WARNING S3L2Adapter connection error (2/3)",
+                # the breaker: LMCache's own line, as its logger writes it (core/patterns.py)
+                "\x1b[31;20m[2026-12-06 10:00:00,123] LMCache ERROR:\x1b[0m S3L2Adapter disabled "
+                "after 3 consecutive connection failures \x1b[3m(s3_l2_adapter.py:1030:"
+                "lmcache.v1.distributed.l2_adapters.s3_l2_adapter)\x1b[0m",
+                # the same words echoed in a request log: not a breaker
+                "INFO [logger.py:43] Received request cmpl-1: prompt: 'S3L2Adapter disabled "
+                "after 3 consecutive connection failures'"]
     assert counts(journal) == {"breaker": 1, "store": 0, "connection": 2}  # only new lines read
     assert counts(journal) == {"breaker": 1, "store": 0, "connection": 2}  # nothing new
     assert counts(["INFO started again"], "inv-2") == {"breaker": 0, "store": 0,

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,10 @@ from deploy_kit.render import self_heal
 from deploy_kit.render.files import render_site
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory
 
-BREAKER = "S3L2Adapter disabled after 3 consecutive connection errors"
+# LMCache's breaker line as its logger writes it (colors included: journalctl -o cat)
+BREAKER = ("\x1b[31;20m[2026-12-06 10:00:00,123] LMCache ERROR:\x1b[0m S3L2Adapter disabled "
+           "after 3 consecutive connection failures \x1b[3m(s3_l2_adapter.py:1030:"
+           "lmcache.v1.distributed.l2_adapters.s3_l2_adapter)\x1b[0m")
 
 SYSTEMCTL = r'''#!/bin/sh
 # show -p ActiveState -p InvocationID UNIT | restart UNIT
@@ -79,8 +83,8 @@ class Body:
     def __init__(self, data):
         self.data = data
 
-    def read(self):
-        return self.data
+    def read(self, amt=None):
+        return self.data if amt is None else self.data[:amt]
 
 
 def _error(status, code):
@@ -381,7 +385,7 @@ def test_two_hosts_racing_for_one_number_only_one_wins(cpu_server: Agent) -> Non
     path = cpu_server.fake / "s3.json"
     objects = json.loads(path.read_text())
     # the other host's create of 8 lands between this one's list and its create
-    other = json.dumps(json.dumps({"host": "other", "expires": 4e9}))
+    other = json.dumps(json.dumps({"host": "other", "expires": time.time() + 60}))
     fake = cpu_server.fake / "py/boto3/__init__.py"
     fake.write_text(fake.read_text().replace(
         "    def put_object(self, Bucket, Key, Body, IfNoneMatch=None, **kwargs):\n"
@@ -648,3 +652,167 @@ def test_plan_warns_of_an_opt_out(make_inventory: InventoryFactory, settings: di
     quiet = open_site(str(make_inventory(hosts=CPU_TWO_INSTANCES, all={})))
     assert not any(w.startswith(("lmcache_self_heal", "lmcache_scheduled"))
                    for w in build_plan(quiet).warnings)
+
+
+# --- lease objects any serving identity can write: trusted only as far as checked --------
+
+def _plant(agent: Agent, suffix: str, body: str) -> None:
+    """An object `<lease_key>.<suffix>` with `body`, as any bucket writer can create one."""
+    path = agent.fake / "s3.json"
+    objects = json.loads(path.read_text()) if path.exists() else {}
+    objects[f"{agent.config['bucket']}/{agent.config['lease_key']}.{suffix}"] = body
+    path.write_text(json.dumps(objects))
+
+
+@pytest.mark.parametrize("suffix", ["²", "٣٣", "0000000000１2", "12", "000000000009x",
+                                    "0000000000009"])
+def test_a_lease_key_that_is_not_twelve_ascii_digits_is_ignored(cpu_server: Agent,
+                                                                suffix: str) -> None:
+    cpu_server.logs("lmcache-server", BREAKER)
+    _plant(cpu_server, suffix, json.dumps({"host": "mallory", "expires": time.time() + 60}))
+    out = cpu_server.run()
+    assert cpu_server.restarts() == ["lmcache-server"], out
+    assert not any(line.startswith("heal-error") for line in out)
+
+
+@pytest.mark.parametrize("record", [
+    "[1, 2]", '"text"', "null", "{not json", '{"host": "x", "expires": "never"}',
+    '{"host": "x", "expires": 4e9}', '{"host": "x", "expires": 1e400}',
+    '{"host": "x", "expires": true}', '{"host": ["x"], "expires": 1}',
+    '{"host": "x\\ninjected heal-done host=lab9", "expires": 1}',
+    '{"host": "' + "x" * 300 + '", "expires": 1}', '{"host": "x", "expires": NaN}',
+    '{"host": "x", "expires": 1, "pad": "' + "p" * 5000 + '"}',
+    "[" * 5000 + "]" * 5000,
+])
+def test_an_untrusted_lease_record_holds_nothing_and_crashes_nothing(cpu_server: Agent,
+                                                                     record: str) -> None:
+    """A list, a string, an expiry that is not a number or lies beyond now + lease_ttl
+    ("held for ever"), an odd host, an oversized body: the agent takes the next number."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    _plant(cpu_server, f"{7:012d}", record)
+    out = cpu_server.run()
+    assert cpu_server.restarts() == ["lmcache-server"], out
+    assert out[0].startswith("lease-untrusted") and "heal-done" in out[-1], out
+    assert all(line.split()[0] in {"lease-untrusted", "heal-start", "heal-done"}
+               for line in out), out  # one record each: nothing forged, no error
+    assert _record(cpu_server, 8)["host"] == ""  # the next number, taken and freed
+
+
+def _record(agent: Agent, n: int) -> dict[str, Any]:
+    objects = json.loads((agent.fake / "s3.json").read_text())
+    record: dict[str, Any] = json.loads(
+        objects[f"{agent.config['bucket']}/{agent.config['lease_key']}.{n:012d}"])
+    return record
+
+
+def test_a_bounded_lease_of_another_host_is_honoured(cpu_server: Agent) -> None:
+    cpu_server.logs("lmcache-server", BREAKER)
+    ttl = cpu_server.config["lease_ttl"]
+    _plant(cpu_server, f"{7:012d}", json.dumps({"host": "gpu-2.lab", "reason": "breaker",
+                                                "since": time.time(),
+                                                "expires": time.time() + ttl - 5}))
+    cpu_server.config["lock_wait"] = 0.2
+    out = cpu_server.run()
+    assert cpu_server.restarts() == [] and "by=gpu-2.lab" in out[0], out
+
+
+def test_an_error_in_one_tick_never_ends_the_loop(cpu_server: Agent) -> None:
+    """An answer the agent did not expect (a page that is not a mapping) is logged by its
+    type, the run ends normally and the state and metrics are still written."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    fake = cpu_server.fake / "py/boto3/__init__.py"
+    fake.write_text(fake.read_text().replace(
+        "    def list_objects_v2(self, Bucket, Prefix, ContinuationToken=None):\n",
+        "    def list_objects_v2(self, Bucket, Prefix, ContinuationToken=None):\n"
+        "        return ['not', 'a', 'page']\n"))
+    out = cpu_server.run()
+    assert out == [f"heal-error host={cpu_server.config['host']} error=AttributeError"], out
+    assert cpu_server.restarts() == []
+    assert cpu_server.metrics()['deploykit_lmcache_heals_total{reason="breaker"}'] == 0
+
+
+def test_release_frees_only_a_lease_this_host_holds(cpu_server: Agent) -> None:
+    """A lease taken over while this host restarted (after lease_ttl) is not freed."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    fake = cpu_server.fake / "py/boto3/__init__.py"
+    # between this host's restart and its release, another host's record replaces number 1
+    taken = json.dumps(json.dumps({"host": "other", "expires": time.time() + 60}))
+    key = f"{cpu_server.config['bucket']}/{cpu_server.config['lease_key']}.{1:012d}"
+    marker = cpu_server.fake / "restarts"
+    fake.write_text(fake.read_text().replace(
+        "    def get_object(self, Bucket, Key):\n        objects = self._load()\n",
+        "    def get_object(self, Bucket, Key):\n        objects = self._load()\n"
+        f"        if os.path.exists({str(marker)!r}):\n"
+        f"            objects[{key!r}] = {taken}\n"
+        "            self._save(objects)\n"))
+    out = cpu_server.run()
+    assert cpu_server.restarts() == ["lmcache-server"]
+    assert any(line.startswith("lease-release-skipped") and "holder=other" in line
+               for line in out), out
+    assert cpu_server.lease()["host"] == "other"
+
+
+def test_logged_fields_are_one_printable_word() -> None:
+    lmcache_heal.C["host"] = "cpu1"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        lmcache_heal.log("heal-waiting", by="x\nheal-done host=lab9\r\x1b[2J\u2028", n=3)
+    assert out.getvalue().count("\n") == 1
+    assert out.getvalue() == "heal-waiting host=cpu1 by=xheal-done_host=lab9[2J n=3\n"
+    assert len(lmcache_heal.clean("y" * 10_000)) == lmcache_heal.MAX_FIELD
+
+
+# --- the breaker: LMCache's own line, never words a client controls -----------------------
+
+LMCACHE_LINES = [
+    BREAKER,
+    "\x1b[31;20m[2026-12-06 10:00:00,123] LMCache ERROR:\x1b[0m S3 connection disabled after 3 "
+    "consecutive failures. All future S3 operations will be skipped. \x1b[3m(s3_connector.py:"
+    "697:lmcache.v1.storage_backend.connector.s3_connector)\x1b[0m",
+    # without colors, and behind journalctl's short prefix
+    "2026-12-06T10:00:00+0000 lab3 python3[812]: [2026-12-06 10:00:00,123] LMCache ERROR: "
+    "S3 connection disabled after 3 consecutive failures. All future S3 operations will be "
+    "skipped. (s3_connector.py:697:lmcache.v1.storage_backend.connector.s3_connector)",
+]
+ECHOED = [
+    # vLLM's request logging (--enable-log-requests) echoing a client's prompt
+    "(APIServer pid=812) INFO 12-06 10:00:00 [logger.py:43] Received request cmpl-1: prompt: "
+    f"{LMCACHE_LINES[2].split(': ', 1)[1]!r}, params: SamplingParams(n=1)",
+    "INFO 12-06 10:00:00 [logger.py:43] Received request cmpl-1: prompt: 'S3 connection "
+    "disabled after 3 consecutive failures', params: SamplingParams(n=1)",
+    "2026-12-06T10:00:00+0000 lab3 python3[812]: INFO 12-06 10:00:00 [logger.py:43] prompt: "
+    f"{BREAKER!r}",
+    # LMCache's words from another logger or at another level
+    "[2026-12-06 10:00:00,123] LMCache INFO: S3 connection disabled after 3 consecutive "
+    "failures. All future S3 operations will be skipped. (x.py:1:lmcache.v1.other)",
+]
+
+
+def test_the_breaker_pattern_matches_lmcaches_line_and_not_an_echo() -> None:
+    from deploy_kit.core.patterns import BREAKER as PATTERN
+
+    rule = re.compile(PATTERN)
+    assert [bool(rule.search(line)) for line in LMCACHE_LINES] == [True] * 3
+    assert [bool(rule.search(line)) for line in ECHOED] == [False] * len(ECHOED)
+
+
+@pytest.mark.parametrize("awk", ["mawk", "gawk", "awk", "busybox"])
+def test_the_breaker_pattern_is_an_awk_ere(awk: str, tmp_path: Path) -> None:
+    """verify's probe and the event counter read it with awk (serving_probe.py)."""
+    import shutil
+
+    from deploy_kit.core.patterns import BREAKER as PATTERN
+
+    if shutil.which(awk) is None:
+        pytest.skip(f"no {awk} here")
+    argv = [awk] + (["awk"] if awk == "busybox" else [])
+    text = "".join(line + "\n" for line in LMCACHE_LINES + ECHOED)
+    found = subprocess.run([*argv, f"/{PATTERN}/ {{ print NR }}"], input=text.encode(),
+                           capture_output=True, check=True).stdout.split()
+    assert found == [b"1", b"2", b"3"]
+
+
+def test_an_echoed_breaker_line_restarts_nothing(cpu_server: Agent) -> None:
+    for line in ECHOED:
+        cpu_server.logs("lmcache-server", line)
+    assert cpu_server.run() == [] and cpu_server.restarts() == []

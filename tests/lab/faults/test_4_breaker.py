@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import random
+import shlex
 import time
 
 import pytest
 
+from deploy_kit.core.patterns import BREAKER as ANCHORED
 from tests.lab.conftest import Lab
 from tests.lab.vllm_http import complete
 
@@ -36,6 +38,15 @@ def tripped(lab: Lab) -> bool:
     return int(out.strip() or 0) > 0
 
 
+def anchored(lab: Lab, output: str) -> int:
+    """Lines of the running server's journal the anchored breaker pattern matches, in
+    journalctl's `output` mode (short-iso: the heal task and verify; cat: the agent)."""
+    out = lab.ssh(LAB3, "id=$(systemctl show -p InvocationID --value lmcache-server); "
+                        f"journalctl _SYSTEMD_INVOCATION_ID=$id -o {output} -q --no-pager | "
+                        f"grep -cE {shlex.quote(ANCHORED)} || true")
+    return int(out.strip() or 0)
+
+
 def test_a_tripped_breaker_fails_verify_naming_the_host_and_up_heals_it(converged: Lab
                                                                         ) -> None:
     rng = random.Random(time.time_ns())
@@ -54,6 +65,9 @@ def test_a_tripped_breaker_fails_verify_naming_the_host_and_up_heals_it(converge
     finally:
         for gateway in GATEWAYS:
             converged.ssh(gateway, "systemctl start haproxy")
+    # LMCache's real line matches the anchored words (its logger's prefix and suffix) as
+    # every reader sees it, colors or not
+    assert anchored(converged, "short-iso") >= 1 and anchored(converged, "cat") >= 1
     for _ in range(60):  # back in Consul's DNS: check interval 1 s, TTL 5 s
         if len(converged.ssh(LAB3, "getent ahostsv4 s3.lab.test | awk '{print $1}' | "
                                    "sort -u").split()) == 2:
