@@ -4,7 +4,7 @@ deploykit keeps in its store (deploy_kit/ops/secrets_store.py). Never prints a v
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -46,7 +46,7 @@ class Given:
     subcommand: each subcommand takes it as if given after."""
 
     inventory: tuple[str, ...] = ()
-    vault: VaultOptions = VaultOptions()
+    vault: VaultOptions = field(default_factory=VaultOptions)
 
 
 OptInventory = Annotated[list[str] | None, typer.Option(

@@ -58,8 +58,8 @@ def read_identity(root: Path) -> tuple[str | None, Problem | None]:
             "is missing (or given twice)"
         return None, Problem(str(path), KEY, why, FIX)
     name = doc[KEY]
-    if why := name_problem(name):
-        return None, Problem(str(path), KEY, why, FIX)
+    if wrong := name_problem(name):
+        return None, Problem(str(path), KEY, wrong, FIX)
     return str(name), None
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,10 +366,8 @@ def _kill_group(pgid: int) -> None:
     """SIGKILL every process left in the script's group (none left: nothing to do)."""
     import signal
 
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def from_password_file(path: Path | None) -> VaultSecrets:

@@ -15,6 +15,7 @@ key. No error ever quotes the file's text (a YAML error names the line only).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -117,27 +118,27 @@ def open_dir(directory: Path, create: bool) -> int | None:
     """The store directory's descriptor, checked (None: absent and not to be created)."""
     fix = (f"remove {directory} if it is not yours and run again; else `chmod 700` it "
            "(and rotate what others may have read)")
-    flags = os.O_RDONLY | os.O_DIRECTORY | _no_follow_flags()
-    try:
-        fd = os.open(directory, flags)
-    except FileNotFoundError:
-        if not create:
-            return None
+    made = False
+    if create:
         try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:  # a dangling link: refused below
+            os.mkdir(directory, 0o700)  # never follows a link: an existing one is refused
+            made = True
+        except FileExistsError:
             pass
-        return open_dir(directory, create=False) if directory.is_dir() and \
-            not directory.is_symlink() else _refuse_dir(directory, "a link or not a directory",
-                                                        fix)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _no_follow_flags())
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             _refuse_dir(directory, "a link or not a directory", fix)
         raise refuse(directory, STORE_DIR, f"cannot be opened: {exc.strerror}", fix) from None
+    if made:  # whatever the umask
+        os.fchmod(fd, 0o700)
     info = os.fstat(fd)
-    why = ("owned by another user (uid {})".format(info.st_uid) if info.st_uid != os.geteuid()
-           else f"mode {stat.S_IMODE(info.st_mode):04o}, not 0700"
-           if stat.S_IMODE(info.st_mode) != 0o700 else None)
+    mode = stat.S_IMODE(info.st_mode)
+    why = (f"owned by another user (uid {info.st_uid})" if info.st_uid != os.geteuid()
+           else f"mode {mode:04o}, not 0700" if mode != 0o700 else None)
     if why:
         os.close(fd)
         _refuse_dir(directory, why, fix)
@@ -231,10 +232,8 @@ def _replace_at(dfd: int, name: str, data: bytes) -> None:
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         os.fsync(dfd)  # the rename itself on disk: a crash now keeps the new store
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dfd)
-        except FileNotFoundError:
-            pass
         raise
 
 

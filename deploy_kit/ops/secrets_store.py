@@ -34,15 +34,13 @@ from deploy_kit.config import site_secrets
 from deploy_kit.config.site import Site
 from deploy_kit.core.errors import InventoryError
 from deploy_kit.ops import secret_files as files
-from deploy_kit.ops.secret_files import (  # noqa: F401 (the names callers import from here)
-    MAX_STORE_BYTES,
-    STORE_DIR,
-    STORE_FILE,
-    VARIABLE,
-    VAULT_FILE,
-    SecretStoreError,
-    StoreLocked,
-)
+from deploy_kit.ops.secret_files import MAX_STORE_BYTES as MAX_STORE_BYTES
+from deploy_kit.ops.secret_files import STORE_DIR as STORE_DIR
+from deploy_kit.ops.secret_files import STORE_FILE as STORE_FILE
+from deploy_kit.ops.secret_files import VARIABLE as VARIABLE
+from deploy_kit.ops.secret_files import VAULT_FILE as VAULT_FILE
+from deploy_kit.ops.secret_files import SecretStoreError as SecretStoreError
+from deploy_kit.ops.secret_files import StoreLocked as StoreLocked
 
 
 @dataclass(frozen=True)
