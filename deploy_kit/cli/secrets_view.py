@@ -26,8 +26,9 @@ def note_not_generated(site: Site, out: Console | None = None) -> None:
         return
     if missing:
         out.print(f"secrets: {', '.join(missing)} not generated yet: the first `deploykit up` "
-                  f"writes them to {secrets_store.store_path(site)} (`deploykit secrets list` "
-                  "shows every source)", markup=False, soft_wrap=True)
+                  f"writes them to {secrets_store.store_path(site)} (`deploykit secrets list "
+                  f"-i {site.inventory_source}` shows every source)", markup=False,
+                  soft_wrap=True)
     warning = secrets_store.warning(site, str(site.inventory_source))
     if warning:
         out.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)

@@ -147,8 +147,8 @@ def move_to_vault(site: Site) -> tuple[Path, int] | None:
             raise SecretStoreError(
                 f"{vault_path(site)}: {VARIABLE}.{differ[0]}: differs from the local store "
                 f"{local_path(site)}",
-                hint="keep the value the running site uses: remove the name from the other "
-                     "file (`deploykit secrets list` shows the sources), then move again")
+                hint="keep the value the running site uses and remove the name from the "
+                     "other file, then move again")
         merged = {**local, **held}
         files.write_vault(vault_path(site), merged, site.vault)
         if files.read_vault(vault_path(site), site.vault) != merged:
