@@ -1,7 +1,9 @@
 """Generated secrets: secure defaults whose secrets the inventory leaves unset are generated
-once into <inventory>/.deploykit-secrets/ (0700, git-ignored, one 0600 file written
-atomically) by `up` only; the inventory and vault always win; check mode and the read-only
-verbs write nothing; no value reaches argv, --print-command, output or a run record."""
+once by `up` only: into the committed vault file where the site has a vault
+(tests/unit/test_secrets_vault_file.py), else into <inventory>/.deploykit-secrets/ (0700,
+git-ignored, one 0600 file written atomically); the inventory and vault always win; check
+mode and the read-only verbs write nothing; no value reaches argv, --print-command, output
+or a run record."""
 
 from __future__ import annotations
 
