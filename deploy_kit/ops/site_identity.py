@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from deploy_kit.config.identity import identity_path, text_of
@@ -15,18 +14,17 @@ def ensure_identity(site: Site) -> Path | None:
     until the file exists), written once, completely or not at all; the path when written,
     None when the file was there already (it was read and checked opening the site)."""
     path = identity_path(site.root)
-    if path.exists() or path.is_symlink():
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:  # never over a file (or a link) another run wrote meanwhile
+        fd = os.open(path, flags, 0o644)  # committed beside hosts.yml: no secret in it
+    except FileExistsError:
         return None
-    fd, tmp = tempfile.mkstemp(dir=site.root, prefix=f"{path.name}.")
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text_of(site.name))
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # committed beside hosts.yml: no secret in it
-        os.link(tmp, path)  # never over a file another run wrote meanwhile
-    except FileExistsError:
-        return None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException:  # complete or absent
+        path.unlink(missing_ok=True)
+        raise
     return path

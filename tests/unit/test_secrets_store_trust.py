@@ -52,7 +52,7 @@ def refused(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_a_linked_store_directory_is_never_followed_or_written(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Any) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Any) -> None:  # noqa: F811
     root = make_inventory()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)

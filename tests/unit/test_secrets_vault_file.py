@@ -32,7 +32,7 @@ def runs(tmp_path: Path, **more: str) -> dict[str, str]:
 
 
 def test_up_with_a_vault_writes_the_encrypted_vault_file_and_a_second_up_reuses_it(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory()
     pw = password_file(tmp_path)
     first = run_cli("up", "-i", str(root), "--vault-password-file", str(pw), env=runs(tmp_path))
@@ -52,7 +52,7 @@ def test_up_with_a_vault_writes_the_encrypted_vault_file_and_a_second_up_reuses_
 
 
 def test_the_vault_file_is_encrypted_for_the_vault_id_the_site_uses(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory()
     pw = password_file(tmp_path)
     result = run_cli("secrets", "generate", "-i", str(root), "--vault-id", f"prod@{pw}",
@@ -88,7 +88,7 @@ def test_a_plain_ansible_run_can_read_the_vault_file_as_extra_vars(
 
 
 def test_ansible_cfg_vault_settings_are_honoured_everywhere(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     """vault_password_file in the ansible.cfg Ansible finds (ANSIBLE_CONFIG): the vaulted
     inventory opens, `up` writes the vault file, `secrets list` shows no secret missing."""
     from tests.unit.test_vault import encrypt
@@ -115,7 +115,7 @@ def test_ansible_cfg_vault_settings_are_honoured_everywhere(
 
 
 def test_a_vault_file_without_the_vault_is_refused_and_never_regenerated(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory()
     pw = password_file(tmp_path)
     assert run_cli("secrets", "generate", "-i", str(root), "--vault-password-file",
@@ -130,7 +130,7 @@ def test_a_vault_file_without_the_vault_is_refused_and_never_regenerated(
 
 
 def test_a_site_without_a_vault_keeps_the_local_store_and_validate_and_plan_warn(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory()
     for verb in ("validate", "plan"):
         result = run_cli(verb, "-i", str(root))
@@ -199,7 +199,7 @@ def test_secrets_subcommands_take_dash_i_before_or_after(
 # --- the site's identity ------------------------------------------------------------------
 
 def test_the_first_up_commits_the_site_name_and_it_wins_over_the_directory(
-        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
     root = make_inventory()
     assert run_cli("validate", "-i", str(root)).returncode == 0
     assert not (root / ".deploykit-site.yml").exists()  # read-only verbs write nothing
@@ -260,3 +260,40 @@ def test_secrets_in_vault_file_are_checked_like_the_local_store(
     assert result.returncode == 3
     assert f"{root / VAULT_FILE}: ansible_ssh_common_args: is not allowed" in result.stderr
     assert "ProxyCommand" not in result.stdout + result.stderr
+
+
+def test_a_rotation_under_way_is_kept_in_the_vault_file(
+        make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    """begin/finish_rotation write the vault file as `up` does: the next value travels
+    with the site to every controller."""
+    root = make_inventory()
+    vault = from_password_file(password_file(tmp_path))
+    site = open_site(str(root), vault)
+    secrets_store.ensure(site)
+    first = stored(root, vault)
+    assert secrets_store.begin_rotation(site, "vllm_api_key")
+    nxt = stored(root, vault)["vllm_api_key_next"]
+    assert nxt != first["vllm_api_key"] and not (root / ".deploykit-secrets").exists()
+    assert secrets_store.finish_rotation(site, "vllm_api_key")
+    assert stored(root, vault)["vllm_api_key"] == nxt
+    assert "vllm_api_key_next" not in stored(root, vault)
+
+
+def test_an_ansible_cfg_identity_is_handed_to_ansible_playbook_as_a_read_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-playbook reads the same ansible.cfg: its identity list is replaced (by a
+    variable, which outranks ansible.cfg) with the file deploykit already read, so a
+    password script does not run twice and a prompt is not asked twice."""
+    from deploy_kit.config.vault import load_secrets, parse_identities
+
+    pw = password_file(tmp_path)
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text(f"[defaults]\nvault_identity_list = prod@{pw}\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(cfg))
+    identities = parse_identities()
+    assert [(i.label, i.source) for i in identities] == [("prod", str(pw))]
+    assert identities[0].given_as == f"{cfg} vault_identity_list"
+    with load_secrets(identities).materialized() as handover:
+        handed = Path(handover.env["ANSIBLE_VAULT_IDENTITY_LIST"].split("@", 1)[1])
+        assert handed.read_text().strip() == PROD_PASSWORD and handed != pw
+        assert handover.argv[:2] == ["--vault-id", f"prod@{handed}"]
