@@ -18,10 +18,13 @@ $(DK): pyproject.toml deploykit-lab/pyproject.toml
 	touch $@
 
 ## The main job on the built-in local lab (root): lab up, converge, verify.
+# every lab profile has a vault (`deploykit lab status --json`: vault_password_file): the
+# generated secrets go into inventory/lab/.deploykit-secrets.vault.yml
+LAB_VAULT := --vault-password-file /var/lib/deploykit-lab/vault-password
 lab: install
 	$(DK) lab up
-	$(DK) up --inventory lab
-	$(DK) verify --inventory lab
+	$(DK) up --inventory lab $(LAB_VAULT)
+	$(DK) verify --inventory lab $(LAB_VAULT)
 
 lab-down: install
 	$(DK) lab down

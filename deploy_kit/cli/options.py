@@ -13,7 +13,8 @@ InventoryOpt = Annotated[list[str], typer.Option(
     help="inventory name (inventory/<name>) or path; repeat to merge several sources into "
          "one inventory, as Ansible does")]
 # Vault flags as ansible-playbook has them (its variables ANSIBLE_VAULT_IDENTITY_LIST and
-# ANSIBLE_VAULT_PASSWORD_FILE are read too: deploy_kit/config/vault.py)
+# ANSIBLE_VAULT_PASSWORD_FILE, and ansible.cfg's vault settings, are read too:
+# deploy_kit/config/vault.py)
 VaultIdOpt = Annotated[list[str] | None, typer.Option(
     "--vault-id", metavar="ID",
     help="vault identity LABEL@FILE, FILE or LABEL@prompt (repeatable; FILE may be a password "

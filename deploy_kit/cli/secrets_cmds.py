@@ -4,14 +4,14 @@ deploykit keeps in its store (deploy_kit/ops/secrets_store.py). Never prints a v
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from deploy_kit.cli.option_group import ROTATE, TRAILING, option_group
-from deploy_kit.cli.options import InventoryOpt
 from deploy_kit.config.site import Site
 from deploy_kit.console import console, data_console, stdout
 from deploy_kit.core.errors import DeployKitError
@@ -20,9 +20,11 @@ from deploy_kit.flows.request import AnsibleOptions, ConnectionOptions, VaultOpt
 
 secrets_app = typer.Typer(
     invoke_without_command=True,
-    help="The site's secrets: where each comes from (vault, inventory, or deploykit's "
-         "generated store <inventory>/.deploykit-secrets/), never their values; generate "
-         "and rotate the generated ones (docs/security.md).")
+    help="The site's secrets: where each comes from (vault, inventory, or the secrets "
+         "deploykit generated: the vault file <inventory>/.deploykit-secrets.vault.yml, or "
+         "the local store <inventory>/.deploykit-secrets/ of a site without a vault), never "
+         "their values; generate, rotate and move the generated ones (docs/security.md). "
+         "-i and the vault flags go before or after the subcommand.")
 
 
 class SecretRefused(DeployKitError):
@@ -34,8 +36,37 @@ class SecretRefused(DeployKitError):
 @dataclass(frozen=True)
 class Origin:
     name: str
-    kind: str  # vault | environment | inventory | generated | missing
+    kind: str  # vault | environment | inventory | generated | missing | locked
     where: str  # a file (and key), the store path, or what will happen
+
+
+@dataclass(frozen=True)
+class Given:
+    """What `deploykit secrets -i SITE [vault flags] SUBCOMMAND` gave before the
+    subcommand: each subcommand takes it as if given after."""
+
+    inventory: tuple[str, ...] = ()
+    vault: VaultOptions = field(default_factory=VaultOptions)
+
+
+OptInventory = Annotated[list[str] | None, typer.Option(
+    "--inventory", "-i", metavar="SITE",
+    help="inventory name (inventory/<name>) or path; repeat to merge several sources; "
+         "also accepted before the subcommand (`deploykit secrets -i SITE generate`)")]
+
+
+def given(ctx: typer.Context, inventory: list[str] | None,
+          vault: VaultOptions) -> tuple[list[str], VaultOptions]:
+    """The subcommand's -i and vault flags with those given before it."""
+    before = ctx.obj if isinstance(ctx.obj, Given) else Given()
+    sites = [*before.inventory, *(inventory or [])]
+    if not sites:
+        raise typer.BadParameter("Missing option '--inventory' / '-i' (before or after the "
+                                 "subcommand)", param_hint="--inventory")
+    merged = VaultOptions(before.vault.vault_ids + vault.vault_ids,
+                          before.vault.password_files + vault.password_files,
+                          before.vault.ask or vault.ask)
+    return sites, merged
 
 
 def _open(inventory: list[str], vault: VaultOptions) -> Site:
@@ -72,7 +103,10 @@ def origins(site: Site) -> list[Origin]:
     from deploy_kit.config import site_secrets
     from deploy_kit.ops import secrets_store
 
-    stored = secrets_store.read_store(site)
+    try:
+        stored: dict[str, str] | None = secrets_store.read_store(site)
+    except secrets_store.StoreLocked:  # the names are unknown until the vault opens
+        stored = None
     store = secrets_store.store_path(site)
     out: list[Origin] = []
     for name in site_secrets.used(site):
@@ -84,8 +118,12 @@ def origins(site: Site) -> list[Origin]:
         if lacking:
             note = "" if not given else f" (for {', '.join(lacking[:3])}" + (
                 f" and {len(lacking) - 3} more)" if len(lacking) > 3 else ")")
-            out.append(Origin(name, "generated", f"{store}{note}") if name in stored else
-                       Origin(name, "missing", f"generated on first `deploykit up`{note}"))
+            if stored is None:
+                out.append(Origin(name, "locked", f"{store}{note} (pass the vault flags)"))
+            elif name in stored:
+                out.append(Origin(name, "generated", f"{store}{note}"))
+            else:
+                out.append(Origin(name, "missing", f"generated on first `deploykit up`{note}"))
     return out
 
 
@@ -119,10 +157,13 @@ AsJson = Annotated[bool, typer.Option("--json", help="JSON on stdout (no values 
 def secrets_main(ctx: typer.Context,
                  inventory: Annotated[list[str] | None, typer.Option(
                      "--inventory", "-i", metavar="SITE",
-                     help="without a subcommand: list this site's secrets")] = None,
+                     help="without a subcommand: list this site's secrets; with one: the "
+                          "site it works on (as if given after it)")] = None,
                  as_json: AsJson = False, *, vault: VaultOptions) -> None:
-    """`deploykit secrets -i SITE` is `deploykit secrets list -i SITE`."""
+    """`deploykit secrets -i SITE` is `deploykit secrets list -i SITE`;
+    `deploykit secrets -i SITE generate` is `deploykit secrets generate -i SITE`."""
     if ctx.invoked_subcommand is not None:
+        ctx.obj = Given(tuple(inventory or ()), vault)
         return
     if not inventory:
         console().print(ctx.get_help())
@@ -132,23 +173,25 @@ def secrets_main(ctx: typer.Context,
 
 @secrets_app.command("list")
 @option_group(TRAILING)
-def secrets_list(inventory: InventoryOpt, as_json: AsJson = False, *,
-                 vault: VaultOptions) -> None:
+def secrets_list(ctx: typer.Context, inventory: OptInventory = None, as_json: AsJson = False,
+                 *, vault: VaultOptions) -> None:
     """Each secret the site uses and where it comes from: the vault (file:key), the
-    inventory (file:key), deploykit's generated store, or "missing: generated on first
-    up". Never a value. Writes nothing."""
-    _show(inventory, vault, as_json)
+    inventory (file:key), deploykit's generated secrets (the vault file or the local
+    store), or "missing: generated on first up". Never a value. Writes nothing."""
+    _show(*given(ctx, inventory, vault), as_json)
 
 
 @secrets_app.command("generate")
 @option_group(TRAILING)
-def secrets_generate(inventory: InventoryOpt, vault: VaultOptions) -> None:
+def secrets_generate(ctx: typer.Context, inventory: OptInventory = None, *,
+                     vault: VaultOptions) -> None:
     """Generate the secrets the site needs and neither the inventory nor the store holds,
     as the first `deploykit up` does: for a plain ansible-playbook or AWX run, which then
-    takes `-e @<inventory>/.deploykit-secrets/secrets.yml`."""
+    takes `-e @<inventory>/.deploykit-secrets.vault.yml` (the site's vault decrypts it;
+    `-e @<inventory>/.deploykit-secrets/secrets.yml` for a site without a vault)."""
     from deploy_kit.ops import secrets_store
 
-    site = _open(inventory, vault)
+    site = _open(*given(ctx, inventory, vault))
     fill = secrets_store.ensure(site)
     path = secrets_store.store_path(site)
     for name in fill.generated:
@@ -157,15 +200,40 @@ def secrets_generate(inventory: InventoryOpt, vault: VaultOptions) -> None:
         console().print(f"nothing to generate: {len(fill.values)} generated secret(s) already "
                         f"in {path}, the rest from the inventory" if fill.values else
                         "nothing to generate: the inventory sets every secret the site uses")
+    warning = secrets_store.warning(site, str(site.inventory_source))
+    if warning:
+        console().print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+
+
+@secrets_app.command("move")
+@option_group(TRAILING)
+def secrets_move(ctx: typer.Context, inventory: OptInventory = None, *,
+                 vault: VaultOptions) -> None:
+    """Move the local store (<inventory>/.deploykit-secrets/, written while the site had no
+    vault) into the vault file <inventory>/.deploykit-secrets.vault.yml, encrypted with the
+    site's vault: written, checked by decrypting it again, then the local store removed.
+    Commit the vault file; every controller with the vault then has the site's secrets.
+    Never shows a value."""
+    from deploy_kit.ops import secrets_store
+
+    site = _open(*given(ctx, inventory, vault))
+    moved = secrets_store.move_to_vault(site)
+    if moved is None:
+        console().print(f"nothing to move: no local store in {secrets_store.store_dir(site)}")
+        return
+    path, count = moved
+    console().print(f"moved {count} generated secret(s) into {path} and removed "
+                    f"{secrets_store.store_dir(site)}: commit {path.name} with the inventory")
 
 
 @secrets_app.command("rotate")
 @option_group(ROTATE, without=("limit", "tags", "skip_tags", "diff", "extra_vars",
                                "print_command"))
 def secrets_rotate(
+        ctx: typer.Context,
         what: Annotated[str, typer.Argument(
             metavar="WHAT", help="s3 | vllm-api-key | consul-tokens | gossip")],
-        inventory: InventoryOpt, vault: VaultOptions, ansible: AnsibleOptions,
+        inventory: OptInventory = None, *, vault: VaultOptions, ansible: AnsibleOptions,
         connection: ConnectionOptions,
         yes: Annotated[bool, typer.Option(
             "--yes", "-y", help="do not ask before restarting services")] = False,
@@ -192,6 +260,8 @@ def secrets_rotate(
     from deploy_kit.cli.rotate_args import confirm, parse_what
     from deploy_kit.flows import rotate
 
+    sites, vault = given(ctx, inventory, vault)
+    inventory = sites
     chosen = parse_what(what)
     if finish and chosen is not rotate.What.vllm_api_key:
         raise typer.BadParameter("--finish ends a vllm-api-key rotation only",

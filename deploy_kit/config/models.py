@@ -374,8 +374,9 @@ class HostConfig(BaseModel):
     # Consul's retry_interval between retry_join attempts (e.g. 5s); unset: Consul's default
     consul_retry_interval: str | None = Field(default=None, pattern=r"^\d+(ms|s|m)$")
     # ACLs (default deny) and gossip encryption, on by default: the tokens and key come from
-    # the vault, else deploykit generates them into <inventory>/.deploykit-secrets/ on the
-    # first `up` (docs/security.md). false: an explicit opt-out that `plan` warns about
+    # the vault, else deploykit generates them on the first `up` into the inventory's
+    # committed vault file (docs/security.md). false: an explicit opt-out that `plan` warns
+    # about
     consul_acl_enabled: bool = True
     # ACL default_policy: deny grants only what a token's policies allow; allow permits the rest
     consul_acl_default_policy: Literal["deny", "allow"] = "deny"
@@ -572,7 +573,7 @@ class HostConfig(BaseModel):
     vllm_health_timeout: int = Field(default=1800, ge=10, le=86400)
     vllm_served_model_name: str | None = None  # the name clients send; default: vllm_model
     # the OpenAI API's bearer key, written to a 0600 env file as VLLM_API_KEY (never in argv);
-    # from the vault, else generated into <inventory>/.deploykit-secrets/ on the first `up`
+    # from the vault, else generated on the first `up` into the inventory's vault file
     vllm_api_key: SecretStr | None = None
     # a rotation under way (`deploykit secrets rotate vllm-api-key`): the key the clients
     # move to, accepted beside vllm_api_key until the rotation finishes (docs/day2.md)

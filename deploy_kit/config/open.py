@@ -9,6 +9,7 @@ from pathlib import Path
 
 from deploy_kit.config.ansible_inventory import load_with_ansible
 from deploy_kit.config.fit import with_server_l1
+from deploy_kit.config.identity import read_identity
 from deploy_kit.config.load import load_inventory, resolve_inventory_path
 from deploy_kit.config.raw import RawInventory
 from deploy_kit.config.redact import redact, secret_values
@@ -36,8 +37,12 @@ def load_site(inventory: str | Sequence[str], vault: VaultSecrets | Path | None 
     problems = list(raw.problems)
     if text_problems := unencodable(raw):  # nothing past the reader may fail to encode it
         raise InventoryError(redact(problems + text_problems, secret_values(raw)))
+    name, wrong = read_identity(raw.root)
+    problems += [wrong] if wrong else []
     if not raw.hosts_file_broken:  # without the host list, every rule would be a guess
         site, more = build_site(raw)
+        if name is not None:  # the committed name wins over the directory's
+            site = dataclasses.replace(site, name=name)
         site = with_server_l1(site)  # the LMCache server's computed L1 (config/fit.py)
         problems += more + validate_site(site, rules) + validate_raw(raw)
     if problems:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import re
 import secrets
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,6 +58,32 @@ NOT_ROTATABLE = {
 
 def generate(name: str) -> str:
     return GENERATORS[name]()
+
+
+# every name the store may hold: the generated secrets and their next values
+STORABLE = frozenset(GENERATED) | frozenset(NEXT.values())
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_API_KEY = re.compile(r"^[!-~]{16,512}$")  # printable ASCII, no space: one argv word
+
+
+def value_problem(name: str, value: str) -> str | None:
+    """Why `value` cannot be the secret `name` (or its next value), or None: the rules a
+    vault value meets (config/rules_secrets.py), in words that never quote the value."""
+    base = name.removesuffix("_next")
+    if any(ord(c) < 0x20 or ord(c) == 0x7f or c in "\x85\u2028\u2029" for c in value):
+        return "holds a control character or line break"
+    if base in CONSUL_TOKENS:
+        return None if _UUID.match(value) else "is not a UUID (a Consul ACL token)"
+    if base == "consul_gossip_key":
+        try:
+            ok = len(base64.b64decode(value, validate=True)) == 32
+        except ValueError:
+            ok = False
+        return None if ok else "is not 32 bytes of base64 (a Consul gossip key)"
+    if not _API_KEY.match(value):
+        return "is not 16 to 512 printable ASCII characters without spaces (an API key)"
+    # vLLM takes both keys of a rotation as `--api-key K1 K2`: a leading "-" is an option
+    return "starts with '-'" if value.startswith("-") else None
 
 
 def _consul_agent(host: Host) -> bool:

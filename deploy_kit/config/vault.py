@@ -1,12 +1,18 @@
 """Vault secrets as Ansible has them: identities parsed once, secrets loaded once per run.
 
-Where they come from, in ansible-playbook's order (ansible.cli.CLI.setup_vault_secrets):
-ANSIBLE_VAULT_IDENTITY_LIST, then each --vault-id (`label@file`, `file`, `label@prompt`),
-then each --vault-password-file and ANSIBLE_VAULT_PASSWORD_FILE (label `default`), then
--J/--ask-vault-pass (a `default` prompt). A file is read as Ansible reads it: an executable
-is a password script (a `*-client` script gets `--vault-id LABEL`), anything else a
-password file; both bounded here (size, time). Decryption is Ansible's own VaultLib over
-every (label, secret) pair, so a `$ANSIBLE_VAULT;1.2;AES256;prod` file is matched by id.
+Where they come from, in ansible-playbook's order (ansible.cli.CLI._play_prereqs and
+setup_vault_secrets): the configured identity list (ANSIBLE_VAULT_IDENTITY_LIST, else
+ansible.cfg's `vault_identity_list`), then each --vault-id (`label@file`, `file`,
+`label@prompt`), then each --vault-password-file and the configured password file
+(ANSIBLE_VAULT_PASSWORD_FILE, else ansible.cfg's `vault_password_file`), labelled
+`vault_identity` (`default`), then -J/--ask-vault-pass (a prompt). The configured values are
+Ansible's own (its ConfigManager over the ansible.cfg it would find), so a vault set up only
+in ansible.cfg works for every verb. A file is read as Ansible reads it: an executable is a
+password script (a `*-client` script gets `--vault-id LABEL`), anything else a password
+file; both bounded here (size, time; a script runs in its own process group, killed whole
+at the limit), which is why the passwords are not read by setup_vault_secrets itself (it
+waits on a script for ever). Decryption is Ansible's own VaultLib over every (label,
+secret) pair, so a `$ANSIBLE_VAULT;1.2;AES256;prod` file is matched by id.
 
 The loaded secrets travel as one `VaultSecrets` value. ansible-playbook gets them from
 `materialized()`: one 0600 file per identity in a private directory removed after the run,
@@ -18,7 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,19 +70,77 @@ def split_identity(slug: str, given_as: str = "--vault-id") -> VaultIdentity:
     return VaultIdentity(label or DEFAULT_ID, source, given_as)
 
 
+@dataclass(frozen=True)
+class Configured:
+    """The vault settings Ansible reads beside the command line: each value and where it
+    was set (the variable, or `<ansible.cfg> vault_…`), as ansible-playbook would see them."""
+
+    identity_list: tuple[str, ...] = ()
+    identity_list_from: str = ENV_IDENTITY_LIST
+    password_file: str | None = None
+    password_file_from: str = ENV_PASSWORD_FILE
+    label: str = DEFAULT_ID  # vault_identity: the label of password files and -J
+    encrypt_label: str | None = None  # vault_encrypt_identity: the id new files take
+
+
+def configured(env: Mapping[str, str] | None = None) -> Configured:
+    """The vault settings of this process's environment and the ansible.cfg Ansible finds
+    (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg); `env` given:
+    those variables only, no ansible.cfg (a caller that states every input)."""
+    if env is not None:
+        listed = tuple(s.strip() for s in env.get(ENV_IDENTITY_LIST, "").split(",") if s.strip())
+        return Configured(listed, password_file=env.get(ENV_PASSWORD_FILE) or None)
+    from ansible.config.manager import ConfigManager, find_ini_config_file
+    from ansible.errors import AnsibleError
+
+    from deploy_kit.core.errors import EnvironmentProblem
+
+    found = find_ini_config_file()
+    try:
+        manager = ConfigManager(found)
+
+        def value(name: str) -> tuple[Any, str]:
+            got, origin = manager.get_config_value_and_origin(name)
+            origin = str(origin)
+            where = origin.split(":", 1)[1].strip() if origin.startswith("env:") else \
+                f"{origin} {_INI_KEYS[name]}"
+            return got, where
+
+        listed, listed_from = value("DEFAULT_VAULT_IDENTITY_LIST")
+        password, password_from = value("DEFAULT_VAULT_PASSWORD_FILE")
+        label, _ = value("DEFAULT_VAULT_IDENTITY")
+        encrypt, _ = value("DEFAULT_VAULT_ENCRYPT_IDENTITY")
+    except AnsibleError as exc:  # ansible-playbook would stop on it too
+        first = str(getattr(exc, "message", exc)).splitlines()[0]
+        raise EnvironmentProblem(f"Ansible cannot read its configuration: {first}",
+                                 hint="fix the file, or point ANSIBLE_CONFIG at another") from None
+    return Configured(tuple(str(s).strip() for s in listed or () if str(s).strip()), listed_from,
+                      str(password) if password else None, password_from,
+                      str(label or DEFAULT_ID), str(encrypt) if encrypt else None)
+
+
+# the ansible.cfg [defaults] keys, named in errors about a configured identity
+_INI_KEYS = {"DEFAULT_VAULT_IDENTITY_LIST": "vault_identity_list",
+             "DEFAULT_VAULT_PASSWORD_FILE": "vault_password_file",
+             "DEFAULT_VAULT_IDENTITY": "vault_identity",
+             "DEFAULT_VAULT_ENCRYPT_IDENTITY": "vault_encrypt_identity"}
+
+
 def parse_identities(vault_ids: Sequence[str] = (), password_files: Sequence[Path | str] = (),
                      ask: bool = False, env: Mapping[str, str] | None = None
                      ) -> tuple[VaultIdentity, ...]:
-    """Every identity of a run, in the order ansible-playbook tries them."""
-    env = os.environ if env is None else env
-    found = [split_identity(s.strip(), ENV_IDENTITY_LIST)
-             for s in env.get(ENV_IDENTITY_LIST, "").split(",") if s.strip()]
+    """Every identity of a run, in the order ansible-playbook tries them (`env`: as for
+    configured())."""
+    config = configured(env)
+    found = [split_identity(s, config.identity_list_from) for s in config.identity_list]
     found += [split_identity(s) for s in vault_ids]
-    found += [VaultIdentity(DEFAULT_ID, str(p), "--vault-password-file") for p in password_files]
-    if env.get(ENV_PASSWORD_FILE):
-        found.append(VaultIdentity(DEFAULT_ID, env[ENV_PASSWORD_FILE], ENV_PASSWORD_FILE))
+    found += [VaultIdentity(config.label, str(p), "--vault-password-file")
+              for p in password_files]
+    if config.password_file:
+        found.append(VaultIdentity(config.label, config.password_file,
+                                   config.password_file_from))
     if ask:
-        found.append(VaultIdentity(DEFAULT_ID, "prompt_ask_vault_pass", "--ask-vault-pass"))
+        found.append(VaultIdentity(config.label, "prompt_ask_vault_pass", "--ask-vault-pass"))
     return tuple(found)
 
 
@@ -140,11 +204,15 @@ class VaultSecrets:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(secret.bytes + b"\n")
                 slugs.append(f"{label}@{path}")
-            # the child inherits this process's variables: where they name an identity
-            # (a script, a prompt) they now name an already-read file, so nothing runs or
-            # asks twice (an empty value would not do: Ansible reads it as a path)
+            # the child inherits this process's variables and reads the same ansible.cfg:
+            # where they name an identity (a script, a prompt) they now name an already-read
+            # file, so nothing runs or asks twice (a variable outranks ansible.cfg; an empty
+            # value would not do: Ansible reads it as a path)
+            given = {i.given_as for i in self.identities}
             env = {name: slugs[0] if name == ENV_IDENTITY_LIST else slugs[0].split("@", 1)[1]
-                   for name in (ENV_IDENTITY_LIST, ENV_PASSWORD_FILE) if os.environ.get(name)}
+                   for name, key in ((ENV_IDENTITY_LIST, "vault_identity_list"),
+                                     (ENV_PASSWORD_FILE, "vault_password_file"))
+                   if os.environ.get(name) or any(g.endswith(f" {key}") for g in given)}
             yield Handover([w for slug in slugs for w in ("--vault-id", slug)], env)
 
 
@@ -248,24 +316,31 @@ def read_password(path: Path, identity: VaultIdentity, client_id: str | None = N
 def script_output(script: Path, limit: int = MAX_PASSWORD_BYTES,
                   timeout: float = PASSWORD_SCRIPT_SECONDS, args: Sequence[str] = ()) -> str:
     """A password script's stdout, bounded like a file: at most `limit` bytes and `timeout`
-    seconds, or ValueError (the script is killed). Its stderr stays on the terminal."""
+    seconds, or ValueError. The script runs in a process group of its own, killed whole
+    when it returns or at the limit: a child it left behind (`sleep 600 &`, a grandchild
+    holding stdout) neither outlives the call nor keeps the caller's pipe open. Its stderr
+    stays on the terminal."""
     import selectors
     import subprocess
     import time
 
     proc = subprocess.Popen([str(script.resolve()), *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE)
+                            stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None
     out = bytearray()
     deadline = time.monotonic() + timeout
     try:
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stdout, selectors.EVENT_READ)
+            exited = False
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise ValueError(f"it did not finish within {timeout:g} s")
-                if not selector.select(left):
+                if not selector.select(0 if exited else min(left, 0.2)):
+                    if exited:  # drained; a child of it may still hold the pipe open
+                        break
+                    exited = proc.poll() is not None
                     continue
                 data = os.read(proc.stdout.fileno(), 65536)
                 if not data:
@@ -277,6 +352,7 @@ def script_output(script: Path, limit: int = MAX_PASSWORD_BYTES,
     except subprocess.TimeoutExpired:
         raise ValueError(f"it did not finish within {timeout:g} s") from None
     finally:
+        _kill_group(proc.pid)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -284,6 +360,14 @@ def script_output(script: Path, limit: int = MAX_PASSWORD_BYTES,
     if code != 0:
         raise ValueError(f"it exited {code}")
     return out.decode("utf-8", "replace")
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process left in the script's group (none left: nothing to do)."""
+    import signal
+
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def from_password_file(path: Path | None) -> VaultSecrets:

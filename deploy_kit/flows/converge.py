@@ -104,7 +104,9 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
     # one converge of a site at a time (exit 7 naming the holder), before the CA, the
     # generated secrets or anything else is written
     with site_lock(site.root, verb, lock_wait) as lock:
-        generated = fill_secrets(site, verb, check=False)
+        generated = fill_secrets(site, verb, check=False)  # refuses a store it cannot use
+        if verb == "up":
+            write_identity(site)
         _run_rendered(verb, site, request, options, secrets,
                       issue_tls(site) if verb == "up" else None, lock, generated)
 
@@ -153,20 +155,32 @@ def fill_secrets(site: Site, verb: str, check: bool) -> dict[str, str]:
         {k: v for k, v in fill.values.items() if k not in fill.generated}
 
 
+def write_identity(site: Site) -> None:
+    """The first `up` commits the site's name to the inventory (config/identity.py)."""
+    from deploy_kit.ops.site_identity import ensure_identity
+
+    written = ensure_identity(site)
+    if written is not None:
+        console().print(f"site: wrote its identity {written} ({site.name}): commit it with "
+                        "the inventory")
+
+
 def with_store_flag(site: Site, request: RunRequest) -> RunRequest:
     """--print-command: a plain ansible-playbook gets the generated secrets from the store
-    file itself (its path, never a value); without a store it says what is missing."""
+    file itself (its path, never a value; Ansible decrypts the vault file with the same
+    vault flags); a store every other verb refuses is refused here too (read_store checks
+    it); without a store it says what is missing."""
     from deploy_kit.config.site_secrets import gaps
     from deploy_kit.ops import secrets_store
 
-    path = secrets_store.store_path(site)
-    if path.is_file():
+    if secrets_store.read_store(site):
+        path = secrets_store.store_path(site)
         return replace(request, extra_vars_files=(*request.extra_vars_files, path))
     missing = gaps(site)
     if missing:
         console().print(f"secrets: {', '.join(missing)} not generated yet: run `deploykit "
-                        f"secrets -i {site.inventory_source} generate` first (or set them in "
-                        "the vault)")
+                        f"secrets generate -i {site.inventory_source}` first (with the vault "
+                        "flags), or set them in the vault")
     return request
 
 

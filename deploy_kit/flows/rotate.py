@@ -91,7 +91,8 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
     name = "vllm_api_key"
     if name not in site_secrets.used(site):
         raise RotationRefused(f"{name} is not used by this site's settings",
-                              hint="`deploykit secrets list` shows the ones it uses")
+                              hint=f"`deploykit secrets list -i {site.inventory_source}` "
+                                   "shows the ones it uses")
     owned = [o for o in origins(site) if o.name == name
              and o.kind in ("vault", "environment", "inventory")]
     if owned:
@@ -171,7 +172,8 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
         raise RotationRefused(
             f"this site uses no Consul {label} (Consul agents with "
             f"{'consul_gossip_encryption' if gossip else 'consul_acl_enabled'} on)",
-            hint="`deploykit secrets list` shows the secrets it uses")
+            hint=f"`deploykit secrets list -i {site.inventory_source}` shows the secrets "
+                 "it uses")
     owned = [o for o in origins(site) if o.name in used
              and o.kind in ("vault", "environment", "inventory")]
     if owned:

@@ -48,9 +48,11 @@ def lab_up(hosts: Annotated[int, typer.Option("--hosts", min=3, max=8, metavar="
     for step in steps:
         console().print(f"  {step.name}: {step.seconds:.1f} s")
     console().print(f"[green]lab up[/]: inventory at {lab.lab_inventory_dir()}")
-    if chosen.secured:
-        console().print(f"the Consul tokens are vaulted: pass --vault-password-file "
-                      f"{VAULT_PASSWORD} (or export ANSIBLE_VAULT_PASSWORD_FILE)", markup=False)
+    # every profile has a vault (its generated secrets are encrypted into the inventory)
+    console().print(f"the lab's vault: pass --vault-password-file {VAULT_PASSWORD} (or export "
+                    f"ANSIBLE_VAULT_PASSWORD_FILE={VAULT_PASSWORD}) to every deploykit run"
+                    + ("; the Consul tokens are vaulted too" if chosen.secured else ""),
+                    markup=False)
 
 
 @lab_app.command("prefetch")

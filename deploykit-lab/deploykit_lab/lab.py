@@ -33,7 +33,7 @@ from deploykit_lab.layout import (
     repo_path,
     rootfs_path,
 )
-from deploykit_lab.profiles import DEFAULT, Profile, profile
+from deploykit_lab.profiles import DEFAULT, VAULT_PASSWORD, Profile, profile, vault_password
 from deploykit_lab.system import ensure_packages, log, quiet, require_root
 
 
@@ -159,6 +159,7 @@ def _up(count: int, report: Any, chosen: Profile) -> list[Step]:
 
 def _write_inventory(state: dict[str, Any], chosen: Profile, report: Any) -> None:
     count = int(state.get("count") or len(state["hosts"]))
+    vault_password()  # every profile has a vault: the generated secrets are encrypted
     artefacts = serving.ensure_serving() if chosen.serving else None  # cached: instant
     if artefacts is not None:
         report(f"lab model: {artefacts.model_variant} ({artefacts.model_why}): "
@@ -264,6 +265,9 @@ def status() -> dict[str, Any]:
             ok = False
         out["hosts"].append({"name": h["name"], "address": h["address"], "ssh": ok})
     out["ceph_pids"] = state.get("ceph", {}).get("pids", {})
+    # what every deploykit run on the lab passes (--vault-password-file, or
+    # ANSIBLE_VAULT_PASSWORD_FILE): outside the inventory, as a CI secret is
+    out["vault_password_file"] = str(VAULT_PASSWORD)
     return out
 
 

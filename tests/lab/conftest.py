@@ -34,7 +34,7 @@ LAB_KEY = "/var/lib/deploykit-lab/ssh/id_ed25519"
 CEPH_CONF = "/var/lib/deploykit-lab/ceph/ceph.conf"
 LAB_RUNS = REPO / "runs" / "lab-suite"  # every run the lab suite starts, and only those
 TIMINGS = LAB_RUNS / "timings.json"
-VAULT_PASSWORD = "/var/lib/deploykit-lab/vault-password"  # the secured profile's
+VAULT_PASSWORD = "/var/lib/deploykit-lab/vault-password"  # every profile's (lab status)
 INSTALLED_CLI = os.environ.get("DEPLOYKIT_CLI")
 # where deploykit runs and `lab up` writes inventory/lab: one lab per machine, so one path
 LAB_SITE = Path("/var/tmp/deploykit-lab-site") if INSTALLED_CLI else REPO
@@ -61,8 +61,9 @@ class Lab:
         env = {**os.environ, "DEPLOYKIT_RUNS_DIR": str(LAB_RUNS)}
         if INSTALLED_CLI:  # the install's own code only: no checkout on its import path
             env.pop("PYTHONPATH", None)
-        if self.profile == "secured":  # its Consul tokens are vaulted, as a CI rollout's are
-            env["ANSIBLE_VAULT_PASSWORD_FILE"] = VAULT_PASSWORD
+        # every profile has a vault, as a CI rollout's site has: the generated secrets go
+        # into the inventory's vault file (the secured profile's Consul tokens are vaulted too)
+        env["ANSIBLE_VAULT_PASSWORD_FILE"] = VAULT_PASSWORD
         return env
 
     def deploykit(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

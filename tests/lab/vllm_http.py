@@ -43,17 +43,18 @@ def _site(stamp: tuple[float, ...]) -> Any:
     from deploy_kit.ops.secrets_store import with_stored
     from deploy_kit.ops.site import open_site
 
-    vault = Path(VAULT_PASSWORD) if (LAB_INVENTORY / "group_vars" / "all" / "vault.yml").exists() \
-        else None
+    # every lab profile has a vault: its generated secrets are in the vault file
+    vault = Path(VAULT_PASSWORD) if Path(VAULT_PASSWORD).exists() else None
     return with_stored(open_site(str(LAB_INVENTORY), vault))
 
 
 def api_key(address: str) -> str | None:
     """The key the vLLM on `address` requires, from the effective site (None: it needs none)."""
-    from deploy_kit.ops.secrets_store import STORE_DIR, STORE_FILE
+    from deploy_kit.ops.secrets_store import STORE_DIR, STORE_FILE, VAULT_FILE
     from deploy_kit.transport.openai import api_key as key_of
 
-    files = [LAB_INVENTORY / "group_vars" / "all", LAB_INVENTORY / STORE_DIR / STORE_FILE]
+    files = [LAB_INVENTORY / "group_vars" / "all", LAB_INVENTORY / STORE_DIR / STORE_FILE,
+             LAB_INVENTORY / VAULT_FILE]
     stamp = tuple(p.stat().st_mtime if p.exists() else 0.0 for p in files)  # reread on change
     host = next(h for h in _site(stamp).hosts.values() if h.address == address)
     return key_of(host)

@@ -1,7 +1,9 @@
 """Generated secrets: secure defaults whose secrets the inventory leaves unset are generated
-once into <inventory>/.deploykit-secrets/ (0700, git-ignored, one 0600 file written
-atomically) by `up` only; the inventory and vault always win; check mode and the read-only
-verbs write nothing; no value reaches argv, --print-command, output or a run record."""
+once by `up` only: into the committed vault file where the site has a vault
+(tests/unit/test_secrets_vault_file.py), else into <inventory>/.deploykit-secrets/ (0700,
+git-ignored, one 0600 file written atomically); the inventory and vault always win; check
+mode and the read-only verbs write nothing; no value reaches argv, --print-command, output
+or a run record."""
 
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from deploy_kit.ansible import runner
 from deploy_kit.ansible.command import playbook_argv
 from deploy_kit.ansible.events import RunRecord
 from deploy_kit.config import site_secrets
-from deploy_kit.config.vault import from_password_file
-from deploy_kit.ops import secrets_store
+from deploy_kit.config.vault import VaultSecrets, from_password_file
+from deploy_kit.ops import secret_files, secrets_store
 from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import security_opt_outs
 from tests.cli import run_cli
@@ -38,9 +40,17 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def stored(root: Path) -> dict[str, str]:
-    doc = yaml.safe_load((root / ".deploykit-secrets" / "secrets.yml").read_text())
-    values: dict[str, str] = doc["deploykit_generated_secrets"]
+def stored(root: Path, vault: VaultSecrets | None = None) -> dict[str, str]:
+    """The generated secrets as written: the local store, or (`vault` given) the vault
+    file, decrypted here with Ansible's own VaultLib."""
+    if vault is None:
+        text = (root / ".deploykit-secrets" / "secrets.yml").read_text()
+    else:
+        from ansible.parsing.vault import VaultLib
+
+        text = VaultLib(list(vault.pairs)).decrypt(
+            (root / ".deploykit-secrets.vault.yml").read_text()).decode()
+    values: dict[str, str] = yaml.safe_load(text)["deploykit_generated_secrets"]
     return values
 
 
@@ -117,11 +127,11 @@ def test_a_failed_write_leaves_neither_a_partial_store_nor_a_temp_file(
         assert mode(Path(src)) == 0o600  # private before the rename too
         raise OSError("disk full")
 
-    monkeypatch.setattr(secrets_store.os, "replace", boom)
+    monkeypatch.setattr(secret_files.os, "replace", lambda src, dst, **_: boom(
+        Path(f"/proc/self/fd/{_['src_dir_fd']}") / src, dst))
     with pytest.raises(OSError):
         secrets_store.ensure(open_site(str(root)))
-    assert sorted(p.name for p in (root / ".deploykit-secrets").iterdir()) == \
-        [".gitignore", ".lock"]
+    assert sorted(p.name for p in (root / ".deploykit-secrets").iterdir()) == [".gitignore"]
 
 
 def test_the_vault_wins_and_the_store_only_fills_gaps(
@@ -132,10 +142,10 @@ def test_the_vault_wins_and_the_store_only_fills_gaps(
     site = open_site(str(root), vault)
     assert "vllm_api_key" not in site_secrets.gaps(site)
     fill = secrets_store.ensure(site)
-    assert "vllm_api_key" not in fill.values and "vllm_api_key" not in stored(root)
+    assert "vllm_api_key" not in fill.values and "vllm_api_key" not in stored(root, vault)
     # a store that holds one anyway (written before the vault had it) changes nothing
-    values = {**stored(root), "vllm_api_key": "stale-generated-key-1234567890"}
-    secrets_store._write(secrets_store.store_path(site), values)
+    values = {**stored(root, vault), "vllm_api_key": "stale-generated-key-1234567890"}
+    secrets_store._write(site, values)
     filled = secrets_store.with_stored(open_site(str(root), vault))
     for host in ("gpu1", "gpu2"):
         key = filled.hosts[host].config.vllm_api_key
@@ -199,7 +209,8 @@ def test_up_generates_hands_over_only_the_gaps_and_prints_no_value(
     pw = str(password_file(tmp_path))
     result = run_cli("up", "-i", str(root), "--vault-password-file", pw, env=runs)
     assert result.returncode == 0, result.stderr
-    values = stored(root)
+    assert not (root / ".deploykit-secrets").exists()  # a site with a vault: the vault file
+    values = stored(root, from_password_file(Path(pw)))
     assert set(values) == set(ALL) - {"vllm_api_key"}  # the vault's key is not generated
     (run,) = fake_runner
     assert run["content"] == {"deploykit_generated_secrets": values}
@@ -208,7 +219,7 @@ def test_up_generates_hands_over_only_the_gaps_and_prints_no_value(
                       env=runs)
     shown = result.stdout + result.stderr + printed.stdout + printed.stderr + \
         json.dumps(run["argv"])
-    assert str(root / ".deploykit-secrets" / "secrets.yml") in printed.stdout
+    assert str(root / ".deploykit-secrets.vault.yml") in printed.stdout
     assert not any(v in shown for v in [*values.values(), VAULT_KEY])
     listed = run_cli("secrets", "list", "-i", str(root), "--vault-password-file", pw, "--json")
     rows = {r["name"]: r for r in json.loads(listed.stdout)["secrets"]}

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from deploy_kit.ops.secrets_store import read_store
 from deploy_kit.ops.site import open_site
-from tests.lab.conftest import LAB_INVENTORY, Lab, record_timing
+from tests.lab.conftest import LAB_INVENTORY, VAULT_PASSWORD, Lab, record_timing
 from tests.lab.failover.test_consul_failover import answers, wait_dns
 from tests.lab.load import FreshPrompts
 from tests.lab.vllm_http import SERVING
@@ -33,7 +34,8 @@ LAB2_UNITS = ("haproxy", "ceph-radosgw@rgw.lab2.0", "ceph-radosgw@rgw.lab2.1", "
 def s3_nodes(lab: Lab) -> list[str]:
     """The nodes the Consul catalog lists for the s3 service (asked on the server, with the
     generated DNS token on stdin, never on a command line)."""
-    token = read_store(open_site(str(LAB_INVENTORY))).get("consul_acl_dns_token", "")
+    site = open_site(str(LAB_INVENTORY), Path(VAULT_PASSWORD))  # the lab's vault opens it
+    token = read_store(site).get("consul_acl_dns_token", "")
     out = lab.ssh(CONSUL_SERVER, "read -r CONSUL_HTTP_TOKEN; export CONSUL_HTTP_TOKEN; "
                   "/usr/local/bin/consul catalog nodes -service=s3", stdin=token + "\n")
     return sorted(line.split()[0] for line in out.splitlines()[1:] if line.strip())

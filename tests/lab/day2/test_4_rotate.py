@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.transport.sigv4 import Credentials, request
-from tests.lab.conftest import CEPH_CONF, LAB_INVENTORY, Lab
+from tests.lab.conftest import CEPH_CONF, LAB_INVENTORY, VAULT_PASSWORD, Lab
 from tests.lab.load import FreshPrompts
 from tests.lab.vllm_http import SERVING, api_key, complete, get
 
@@ -89,11 +89,13 @@ def models_status(address: str, key: str, port: int) -> int:
 
 
 def store() -> dict[str, str]:
-    import yaml
+    """The lab's generated secrets: its vault file, opened with the lab's vault."""
+    from pathlib import Path
 
-    doc = yaml.safe_load((LAB_INVENTORY / ".deploykit-secrets" / "secrets.yml").read_text())
-    values: dict[str, str] = doc["deploykit_generated_secrets"]
-    return values
+    from deploy_kit.ops.secrets_store import read_store
+    from deploy_kit.ops.site import open_site
+
+    return read_store(open_site(str(LAB_INVENTORY), Path(VAULT_PASSWORD)))
 
 
 def under_load(action: Callable[[], object]) -> tuple[BalancedPrompts, float]:

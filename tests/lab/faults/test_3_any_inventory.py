@@ -42,7 +42,11 @@ def write_alias_inventory(root: Path) -> Path:
     group_vars = root / "group_vars"
     host_vars.mkdir()
     shutil.copytree(lab / "group_vars", group_vars)
-    # the secrets `up` generated belong to the site as its vault does (modes kept: 0700/0600)
+    # the secrets `up` generated and the site's identity belong to the site as its vault
+    # does: the committed vault file (a local store, where one is left: modes kept)
+    for name in (".deploykit-secrets.vault.yml", ".deploykit-site.yml"):
+        if (lab / name).is_file():
+            shutil.copy2(lab / name, root / name)
     if (lab / ".deploykit-secrets").is_dir():
         shutil.copytree(lab / ".deploykit-secrets", root / ".deploykit-secrets")
     seen: set[str] = set()
