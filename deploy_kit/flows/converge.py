@@ -103,7 +103,7 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
 
     # one converge of a site at a time (exit 7 naming the holder), before the CA, the
     # generated secrets or anything else is written
-    with site_lock(site.root, verb, lock_wait) as lock:
+    with site_lock(site, verb, lock_wait) as lock:
         generated = fill_secrets(site, verb, check=False)
         _run_rendered(verb, site, request, options, secrets,
                       issue_tls(site) if verb == "up" else None, lock, generated)
