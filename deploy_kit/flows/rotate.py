@@ -202,7 +202,7 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
             f"{'key' if gossip else 'tokens'} one at a time, then the old ones are "
             f"{'removed' if gossip else 'deleted'}?")
     verb = f"rotate-consul-{'gossip' if gossip else 'tokens'}"
-    kind = {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}
+    kind: dict[str, object] = {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}
     with held(site, verb, options, lock_wait):
         if not options.check:
             for name in used:

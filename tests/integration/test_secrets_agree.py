@@ -21,7 +21,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -47,9 +47,10 @@ class FakeConsul(http.server.BaseHTTPRequestHandler):
     `keys` to the management token. No management token: a Consul that has not started
     (500, no leader), which decides nothing."""
 
-    tokens: set[str] = set()
-    management = ""
-    keys: list[str] = []
+    tokens: ClassVar[set[str]] = set()
+    management: ClassVar[str] = ""
+    keys: ClassVar[list[str]] = []
+    port: ClassVar[int] = 0
 
     def do_GET(self) -> None:
         token = self.headers.get("X-Consul-Token", "")
@@ -79,7 +80,7 @@ class FakeConsul(http.server.BaseHTTPRequestHandler):
 def consul() -> Iterator[type[FakeConsul]]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeConsul)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    FakeConsul.port = server.server_address[1]  # type: ignore[attr-defined]
+    FakeConsul.port = server.server_address[1]
     FakeConsul.tokens, FakeConsul.management, FakeConsul.keys = set(), "", []
     try:
         yield FakeConsul
@@ -169,7 +170,7 @@ def refusals(out: str) -> dict[str, str]:
 
 def test_a_new_site_passes_and_the_same_secrets_pass_again(tmp_path: Path,
                                                            consul: type[FakeConsul]) -> None:
-    site = Site(tmp_path, consul.port)  # type: ignore[attr-defined]
+    site = Site(tmp_path, consul.port)
     values = site_secrets()
     ok, out = site.run(values)  # never converged: nothing to compare
     assert ok, out[-3000:]
@@ -182,7 +183,7 @@ def test_a_new_site_passes_and_the_same_secrets_pass_again(tmp_path: Path,
 
 def test_a_second_controller_with_new_secrets_is_refused_before_anything_changes(
         tmp_path: Path, consul: type[FakeConsul]) -> None:
-    site = Site(tmp_path, consul.port)  # type: ignore[attr-defined]
+    site = Site(tmp_path, consul.port)
     running = site_secrets()
     site.converge(running)
     consul.management, consul.keys = running["consul_acl_management_token"], \
@@ -209,7 +210,7 @@ def test_a_second_controller_with_new_secrets_is_refused_before_anything_changes
 
 def test_consul_answers_for_the_cluster_and_repairs_a_file_an_earlier_run_overwrote(
         tmp_path: Path, consul: type[FakeConsul]) -> None:
-    site = Site(tmp_path, consul.port)  # type: ignore[attr-defined]
+    site = Site(tmp_path, consul.port)
     running, stray = site_secrets(), site_secrets()
     site.converge(running)
     site.converge(stray | {"vllm_api_key": running["vllm_api_key"]}, host="gw")  # overwritten
@@ -231,7 +232,7 @@ def test_consul_answers_for_the_cluster_and_repairs_a_file_an_earlier_run_overwr
 
 def test_during_a_rotation_the_current_and_the_next_value_are_accepted(
         tmp_path: Path, consul: type[FakeConsul]) -> None:
-    site = Site(tmp_path, consul.port)  # type: ignore[attr-defined]
+    site = Site(tmp_path, consul.port)
     old = site_secrets()
     new = site_secrets()
     site.converge(old)

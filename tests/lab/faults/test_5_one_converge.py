@@ -62,4 +62,5 @@ def test_second_up_is_refused_naming_the_first_while_it_completes(converged: Lab
         log.seek(0)
         assert first.returncode == 0, log.read()[-4000:]
     # the lock is free again: its record was emptied when the first run released it
-    assert lock_path(open_site(str(LAB_INVENTORY))).read_text() == "", "the released lock kept a holder record"
+    released = lock_path(open_site(str(LAB_INVENTORY))).read_text()
+    assert released == "", "the released lock kept a holder record"
