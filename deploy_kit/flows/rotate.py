@@ -123,7 +123,9 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
             f"vLLM {', '.join(old)} may not accept two API keys at once (checked from "
             f"{'.'.join(map(str, MULTI_KEY_VLLM))} on): a rolling rotation would stop serving",
             hint="upgrade vLLM first, or rotate with a restart: change the key in the store "
-                 "or vault, run `deploykit up`, and expect requests with the old key to fail")
+                 "or vault, delete vllm-secret.env on the serving hosts (`up` refuses a key "
+                 "other than the one they run), run `deploykit up`, and expect requests with "
+                 "the old key to fail")
     store = secrets_store.store_path(site)
     pending = site_secrets.NEXT[name] in secrets_store.read_store(site)
     if finish and not pending:

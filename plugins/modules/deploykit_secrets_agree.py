@@ -124,18 +124,21 @@ def consul_api(url: str, want: dict[str, set[str]]) -> tuple[set[str], set[str]]
     """(confirmed, refused) by the running Consul. Only a Consul that answers decides: one
     down, without a leader, or with ACLs off says nothing (the files decide)."""
     mgmt_name = "consul_acl_management_token"
-    if mgmt_name not in want:
-        return set(), set()
-    mgmt, statuses = _first_ok(url, want[mgmt_name])
-    if mgmt is None:
+    confirmed: set[str] = set()
+    mgmt = ""
+    found, statuses = _first_ok(url, want.get(mgmt_name, set()))
+    if found is None and 403 in statuses:
         # 403 "ACL not found": ACLs bootstrapped with another management token
-        return set(), {mgmt_name} if 403 in statuses else set()
-    confirmed = {mgmt_name}
-    for name in ("consul_acl_agent_token", "consul_acl_service_token", "consul_acl_dns_token"):
-        if name in want and _first_ok(url, want[name])[0] is not None:
-            confirmed.add(name)
+        return set(), {mgmt_name}
+    if found is not None:  # else ACLs off (401), or no answer: the tokens say nothing
+        mgmt = found
+        confirmed.add(mgmt_name)
+        for name in ("consul_acl_agent_token", "consul_acl_service_token",
+                     "consul_acl_dns_token"):
+            if name in want and _first_ok(url, want[name])[0] is not None:
+                confirmed.add(name)
     refused: set[str] = set()
-    if "consul_gossip_key" in want:
+    if "consul_gossip_key" in want:  # with ACLs off, the keyring needs no token
         status, rings = call(url, mgmt, "GET", "/v1/operator/keyring")
         keys = {k for ring in rings if isinstance(ring, dict) and not ring.get("WAN")
                 for k in (ring.get("Keys") or {})} if status == 200 and \

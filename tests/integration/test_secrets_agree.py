@@ -51,11 +51,16 @@ class FakeConsul(http.server.BaseHTTPRequestHandler):
     management: ClassVar[str] = ""
     keys: ClassVar[list[str]] = []
     port: ClassVar[int] = 0
+    acl: ClassVar[bool] = True  # False: ACLs off (401 on the ACL API, the keyring open)
 
     def do_GET(self) -> None:
         token = self.headers.get("X-Consul-Token", "")
         if not self.management:
             self._answer(500, "No cluster leader")
+        elif not self.acl:
+            self._answer(*((200, [{"WAN": False, "Keys": {k: 3 for k in self.keys}}])
+                           if self.path == "/v1/operator/keyring" else
+                           (401, "ACL support disabled")))
         elif self.path == "/v1/acl/token/self":
             ok = token in self.tokens or token == self.management
             self._answer(200 if ok else 403, {"AccessorID": "a"} if ok else "ACL not found")
@@ -82,6 +87,7 @@ def consul() -> Iterator[type[FakeConsul]]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     FakeConsul.port = server.server_address[1]
     FakeConsul.tokens, FakeConsul.management, FakeConsul.keys = set(), "", []
+    FakeConsul.acl = True
     try:
         yield FakeConsul
     finally:
@@ -91,7 +97,7 @@ def consul() -> Iterator[type[FakeConsul]]:
 class Site:
     """Three local hosts, each with its own root for the files the roles write."""
 
-    def __init__(self, tmp: Path, port: int) -> None:
+    def __init__(self, tmp: Path, port: int, acl: bool = True) -> None:
         self.tmp = tmp
         render = tmp / "rendered"
         (render / "_cluster" / ".deploykit").mkdir(parents=True)
@@ -100,7 +106,8 @@ class Site:
             root = tmp / host
             root.mkdir()
             settings = {"_deploykit_settings_loaded": True, "deploykit_dns_mode": "consul",
-                        "consul_acl_enabled": True, "consul_http_port": port,
+                        "consul_acl_enabled": acl, "consul_gossip_encryption": True,
+                        "consul_http_port": port,
                         "_consul_secrets_path": str(root / "consul-secrets.json"),
                         "_vllm_has_api_key": group == "vllm",
                         "_vllm_secret_env_path": str(root / "vllm-secret.env"),
@@ -252,3 +259,20 @@ def test_during_a_rotation_the_current_and_the_next_value_are_accepted(
     (tmp_path / "gpu" / "vllm-api-keys.yaml").write_text("{}\n")  # its list dropped again
     ok, out = site.run(finished | {"vllm_api_key": new["vllm_api_key"]})
     assert not ok and set(refusals(out)) == {"gpu"}, out[-3000:]
+
+
+def test_without_acls_the_keyring_answers_for_the_gossip_key(
+        tmp_path: Path, consul: type[FakeConsul]) -> None:
+    """The vault's way to change the key: `consul keyring -install/-use` on the cluster,
+    then the vault, then `up`: the keyring holds the new key, the files still the old."""
+    site = Site(tmp_path, consul.port, acl=False)
+    old = site_secrets()
+    site.converge(old)
+    consul.acl, consul.management = False, "running"
+    changed = old | {"consul_gossip_key": gossip()}
+    consul.keys = [old["consul_gossip_key"]]
+    ok, out = site.run(changed)  # not in the cluster's keyring: refused
+    assert not ok and set(refusals(out)) == {"srv", "gw"}, out[-3000:]
+    consul.keys = [old["consul_gossip_key"], changed["consul_gossip_key"]]
+    ok, out = site.run(changed)
+    assert ok, out[-3000:]
