@@ -97,7 +97,7 @@ def bench_ttft(inventory: InventoryOpt,
         from deploy_kit.ops.site_lock import site_lock
 
         # it restarts a serving host: never beside an `up` or `down` of the same site
-        with site_lock(site.root, "bench ttft"), console().status("TTFT protocol…") as status:
+        with site_lock(site, "bench ttft"), console().status("TTFT protocol…") as status:
             doc = ttft.run(site, ",".join(inventory), sweep, repeats, out, max_tokens,
                            allow_single_host, log=lambda line: status.update(line))
         console().print(ttft_report.table(doc))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,22 +36,26 @@ def run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: Va
                  options: AnsibleOptions, run_vars: dict[str, object] | None = None,
                  connection: ConnectionOptions | None = None,
                  listing: tuple[str, ...] = (), lock_wait: float = 0.0,
-                 before: Callable[[Site], None] | None = None) -> None:
+                 before: Callable[[Site], None] | None = None,
+                 secret_vars: Mapping[str, str] | None = None) -> None:
     """`before`: the verb's own checks of the opened site (and its confirmation), after
-    the inventory is valid and before anything is locked, written or contacted."""
+    the inventory is valid and before anything is locked, written or contacted.
+    `secret_vars`: values the run needs beside the generated ones (a rotation's retired
+    values), handed over in the same 0600 file, never in argv."""
     connection = connection or ConnectionOptions()
     if listing:  # Ansible lists without logging in: nothing to ask
         connection = replace(connection, ask_become_pass=False)
     with reaching(connection, ask=not options.print_command) as reach:
         _run_playbook(verb, playbook, inventory, vault, options, run_vars or {}, reach,
-                      listing, lock_wait, before)
+                      listing, lock_wait, before, secret_vars)
 
 
 def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: VaultOptions,
                   options: AnsibleOptions, run_vars: dict[str, object],
                   connection: ConnectionOptions, listing: tuple[str, ...],
                   lock_wait: float = 0.0,
-                  before: Callable[[Site], None] | None = None) -> None:
+                  before: Callable[[Site], None] | None = None,
+                  secret_vars: Mapping[str, str] | None = None) -> None:
     from deploy_kit.ansible.command import RunRequest, printable
     from deploy_kit.config.vault import command_flags
     from deploy_kit.ops.site import open_site
@@ -90,7 +94,7 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
             list_only(replace(request, vault_args=tuple(handover.argv)), handover.env)
         return
     if options.check:  # changes nothing anywhere: no lock, runs beside a converge
-        generated = fill_secrets(site, verb, check=True)
+        generated = fill_secrets(site, verb, check=True) | dict(secret_vars or {})
         if verb != "up":
             _run_rendered(verb, site, request, options, secrets, None, generated=generated)
             return
@@ -103,8 +107,9 @@ def _run_playbook(verb: str, playbook: str, inventory: str | list[str], vault: V
 
     # one converge of a site at a time (exit 7 naming the holder), before the CA, the
     # generated secrets or anything else is written
-    with site_lock(site.root, verb, lock_wait) as lock:
-        generated = fill_secrets(site, verb, check=False)  # refuses a store it cannot use
+    with site_lock(site, verb, lock_wait) as lock:
+        # refuses a store it cannot use
+        generated = fill_secrets(site, verb, check=False) | dict(secret_vars or {})
         if verb == "up":
             write_identity(site)
         _run_rendered(verb, site, request, options, secrets,

@@ -8,7 +8,8 @@ secrets"). Never prints, logs or passes a value on a command line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,21 @@ class RotationRefused(DeployKitError):
 
 # asks before a rotation that restarts services, or refuses (the command line's --yes)
 Confirm = Callable[[str], None]
+
+
+@contextmanager
+def held(site: Site, verb: str, options: AnsibleOptions, lock_wait: float) -> Iterator[None]:
+    """The site lock for the whole rotation, taken before the store changes: a rotation
+    refused because another run holds the site (exit 7) has written nothing. The playbook
+    runs inside take the same lock again (this process holds it). --check writes nothing
+    and takes none."""
+    if options.check:
+        yield
+        return
+    from deploy_kit.ops.site_lock import site_lock
+
+    with site_lock(site, verb, lock_wait):
+        yield
 
 
 def rotate_s3(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
@@ -108,7 +124,9 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
             f"vLLM {', '.join(old)} may not accept two API keys at once (checked from "
             f"{'.'.join(map(str, MULTI_KEY_VLLM))} on): a rolling rotation would stop serving",
             hint="upgrade vLLM first, or rotate with a restart: change the key in the store "
-                 "or vault, run `deploykit up`, and expect requests with the old key to fail")
+                 "or vault, delete vllm-secret.env on the serving hosts (`up` refuses a key "
+                 "other than the one they run), run `deploykit up`, and expect requests with "
+                 "the old key to fail")
     store = secrets_store.store_path(site)
     pending = site_secrets.NEXT[name] in secrets_store.read_store(site)
     if finish and not pending:
@@ -117,16 +135,17 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
     confirm(f"{'finish' if finish else 'start'} rotating the vLLM API key of {site.root}: "
             "every serving host restarts its instances one at a time behind the health "
             "gates?")
-    if not options.check:
-        if finish:
-            secrets_store.finish_rotation(site, name)
-        elif not secrets_store.begin_rotation(site, name):
-            console().print(f"a rotation is under way ({site_secrets.NEXT[name]} in {store}): "
-                            "rolling it again")
-    elif not finish and not pending:
-        console().print(f"check mode: would store {site_secrets.NEXT[name]} in {store}")
-    run_playbook("rotate-vllm-api-key", "rotate_vllm_key.yml", inventory, vault, options, {},
-                 connection, lock_wait=lock_wait)
+    with held(site, "rotate-vllm-api-key", options, lock_wait):
+        if not options.check:
+            if finish:
+                secrets_store.finish_rotation(site, name)
+            elif not secrets_store.begin_rotation(site, name):
+                console().print(f"a rotation is under way ({site_secrets.NEXT[name]} in "
+                                f"{store}): rolling it again")
+        elif not finish and not pending:
+            console().print(f"check mode: would store {site_secrets.NEXT[name]} in {store}")
+        run_playbook("rotate-vllm-api-key", "rotate_vllm_key.yml", inventory, vault, options,
+                     {}, connection, lock_wait=lock_wait)
     if options.check:
         return
     if finish:
@@ -186,17 +205,28 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
     confirm(f"rotate the Consul {label} of {site.root}: {len(agents)} agent(s) take the new "
             f"{'key' if gossip else 'tokens'} one at a time, then the old ones are "
             f"{'removed' if gossip else 'deleted'}?")
-    if not options.check:
+    verb = f"rotate-consul-{'gossip' if gossip else 'tokens'}"
+    kind: dict[str, object] = {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}
+    with held(site, verb, options, lock_wait):
+        if not options.check:
+            for name in used:
+                secrets_store.begin_rotation(site, name)
+        run_playbook(verb, "rotate_consul.yml", inventory, vault, options,
+                     kind | {"deploykit_rotate_consul_phase": "roll"}, connection,
+                     lock_wait=lock_wait)
+        if options.check:
+            return
+        # every agent holds the new values: the store makes them the current ones before
+        # any old one is deleted, so no later run can install a value Consul dropped; the
+        # old ones reach the last run only, as <name>_retired in the 0600 hand-over file
+        stored = secrets_store.read_store(site)
+        retired = {f"{n}_retired": stored[n] for n in used
+                   if site_secrets.NEXT[n] in stored and n in stored}
         for name in used:
-            secrets_store.begin_rotation(site, name)
-    run_playbook(f"rotate-consul-{'gossip' if gossip else 'tokens'}", "rotate_consul.yml",
-                 inventory, vault, options,
-                 {"deploykit_rotate_consul": "gossip" if gossip else "tokens"}, connection,
-                 lock_wait=lock_wait)
-    if options.check:
-        return
-    for name in used:
-        secrets_store.finish_rotation(site, name)
+            secrets_store.finish_rotation(site, name)
+        run_playbook(verb, "rotate_consul.yml", inventory, vault, options,
+                     kind | {"deploykit_rotate_consul_phase": "prune"}, connection,
+                     lock_wait=lock_wait, secret_vars=retired)
     console().print(f"Consul {label} rotated on {len(agents)} agent(s): the old "
                     f"{'key is removed from every member' if gossip else 'tokens are deleted'}; "
                     f"the new {'one is' if gossip else 'ones are'} in "

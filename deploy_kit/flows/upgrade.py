@@ -192,7 +192,7 @@ def run_flow(inventory: str | list[str], vault: VaultOptions, options: AnsibleOp
                                    reach, (), lock_wait)
             return
         # --check changes nothing and takes no lock: it shows the waves it would roll
-        with (nullcontext() if options.check else site_lock(site.root, "up", lock_wait)):
+        with (nullcontext() if options.check else site_lock(site, "up", lock_wait)):
             upgrade = survey(site, options.limit, reach)
             restart = bool(run_vars.get("deploykit_restart_serving"))
             staged = not upgrade.pending and flow.staged() and restart

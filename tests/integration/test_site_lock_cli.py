@@ -64,7 +64,9 @@ def test_a_second_up_is_refused_naming_the_first_which_completes(
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "deploykit-lab"),
                                           os.environ.get("PYTHONPATH", "")])}
     monkeypatch.setenv(site_lock.LOCK_DIR_ENV, env[site_lock.LOCK_DIR_ENV])
-    lock_file = site_lock.lock_path(root)
+    from deploy_kit.ops.site import open_site
+
+    lock_file = site_lock.lock_path(open_site(str(root)))  # the site's identity
     first = _deploykit("up", "-i", str(root), env=env)
     accepted: list[socket.socket] = []
     try:
@@ -96,5 +98,5 @@ def test_a_second_up_is_refused_naming_the_first_which_completes(
     out, err = first.communicate(timeout=180)
     assert first.returncode == ExitCode.HOSTS_UNREACHABLE, out + err
     assert lock_file.read_text() == ""  # released, and a third run could take it
-    with site_lock.site_lock(root, "up"):
+    with site_lock.site_lock(open_site(str(root)), "up"):
         pass

@@ -160,18 +160,26 @@ def test_consul_rotation_hands_both_values_over_then_stores_the_new_ones(
     before = stored(root)
     result = rotate(root, tmp_path, what, "--yes")
     assert result.returncode == 0, result.stderr
-    (run,) = fake_runner
-    assert playbook(run) == "rotate_consul.yml"
+    roll, prune = fake_runner  # two runs: roll, then (store finished) prune
+    assert playbook(roll) == playbook(prune) == "rotate_consul.yml"
     kind = "tokens" if what == "consul-tokens" else "gossip"
-    assert f'"deploykit_rotate_consul": "{kind}"' in json.dumps(run["argv"]).replace('\\"', '"')
-    handed = run["content"]["deploykit_generated_secrets"]
+    for run, phase in ((roll, "roll"), (prune, "prune")):
+        argv = json.dumps(run["argv"]).replace('\\"', '"')
+        assert f'"deploykit_rotate_consul": "{kind}"' in argv
+        assert f'"deploykit_rotate_consul_phase": "{phase}"' in argv
+    handed = roll["content"]["deploykit_generated_secrets"]
+    last = prune["content"]["deploykit_generated_secrets"]
     after = stored(root)
     for name in names:  # the run had the old and the next value; the store keeps the new
         assert handed[name] == before[name] and handed[f"{name}_next"] == after[name]
         assert after[name] != before[name] and f"{name}_next" not in after
+        # the deleting run: the store's current value is the new one, the old one retired
+        assert last[name] == after[name] and last[f"{name}_retired"] == before[name]
+        assert f"{name}_next" not in last
     untouched = set(before) - set(names)
     assert {k: after[k] for k in untouched} == {k: before[k] for k in untouched}
-    shown = result.stdout + result.stderr + json.dumps(run["argv"])
+    run = prune
+    shown = result.stdout + result.stderr + json.dumps([roll["argv"], run["argv"]])
     assert not any(before[n] in shown or after[n] in shown for n in names)
 
 
@@ -189,3 +197,31 @@ def test_consul_rotation_is_refused_where_consul_is_not_deploykits(
                      "--vault-password-file", pw)
     assert result.returncode == 2 and "vault" in result.stderr and "consul" in result.stderr
     assert not fake_runner
+
+
+def test_a_rotation_finding_the_site_locked_writes_nothing_and_exits_7(
+        make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy_kit.core.exit_codes import ExitCode
+    from deploy_kit.ops import site_lock
+    from tests.unit.test_site_lock import _holder
+
+    monkeypatch.setenv(site_lock.LOCK_DIR_ENV, str(tmp_path / "locks"))
+    root = make_inventory()
+    assert run_cli("secrets", "generate", "-i", str(root)).returncode == 0
+    assert rotate(root, tmp_path, "vllm-api-key", "--yes").returncode == 0  # one under way
+    fake_runner.clear()
+    store = next(root.glob(".deploykit-secrets/*"))
+    before, before_bytes = tree_digest(root), store.read_bytes()
+    proc, release = _holder(root)
+    try:
+        for args in (("vllm-api-key",), ("vllm-api-key", "--finish"), ("consul-tokens",),
+                     ("gossip",), ("s3",)):
+            result = rotate(root, tmp_path, *args, "--yes")
+            assert result.returncode == ExitCode.ENVIRONMENT, (args, result.stderr)
+            assert f"pid {proc.pid}" in result.stderr and "holds the lock" in result.stderr
+            assert store.read_bytes() == before_bytes, args
+    finally:
+        release.set()  # type: ignore[attr-defined]
+        proc.join(30)
+    assert tree_digest(root) == before and not fake_runner

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from deploy_kit.ops.site import open_site
 from deploy_kit.ops.site_lock import lock_path
 from tests.lab.conftest import INSTALLED_CLI, LAB_INVENTORY, LAB_SITE, Lab
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.lab
 
 
 def holder_pid(deadline_s: float) -> int:
-    path = lock_path(LAB_INVENTORY)
+    path = lock_path(open_site(str(LAB_INVENTORY)))  # keyed by the site's identity
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         try:
@@ -61,4 +62,5 @@ def test_second_up_is_refused_naming_the_first_while_it_completes(converged: Lab
         log.seek(0)
         assert first.returncode == 0, log.read()[-4000:]
     # the lock is free again: its record was emptied when the first run released it
-    assert lock_path(LAB_INVENTORY).read_text() == "", "the released lock kept a holder record"
+    released = lock_path(open_site(str(LAB_INVENTORY))).read_text()
+    assert released == "", "the released lock kept a holder record"
