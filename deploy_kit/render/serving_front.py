@@ -28,7 +28,7 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.render.templating import render_template
 
 # what the front lets read /metrics besides the monitoring hosts: the host itself
-LOOPBACK_SOURCES = ("127.0.0.0/8", "::1")
+LOOPBACK_SOURCES = ("127.0.0.1", "::1")
 # HAProxy's global connection limit for the front (about two descriptors each)
 MAXCONN = 4096
 # a completion may think for minutes before its first byte, and a stream stays open while
