@@ -273,6 +273,13 @@ class RemoteRead:
     second_external: int | None = None
 
 
+# vLLM's routes that answer without its API key and run a model (vllm-project/vllm#58144;
+# vLLM's security docs list these): SageMaker's /invocations dispatches completions. The
+# side-door probe sends to each, and to GUARDED (the key's), without a key.
+SIDE_DOORS = ("/invocations", "/pooling", "/score", "/rerank", "/classify")
+GUARDED = "/v1/completions"
+
+
 @dataclass
 class SideDoorProbe:
     """One vLLM instance's public address, sent a completion body with no API key on each

@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from deploy_kit.verify.model import Finding, Observation, SideDoorProbe, Status, check
-from deploy_kit.verify.probes.side_door_probe import GUARDED, SIDE_DOORS
+from deploy_kit.verify.model import (
+    GUARDED,
+    SIDE_DOORS,
+    Finding,
+    Observation,
+    SideDoorProbe,
+    Status,
+    check,
+)
 
 CHECK = "vllm-no-side-door"
 REFUSED = frozenset({401, 403, 404, 405})

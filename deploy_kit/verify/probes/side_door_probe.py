@@ -11,13 +11,8 @@ import json
 from deploy_kit.config.instances import endpoints
 from deploy_kit.config.site import Host
 from deploy_kit.transport.openai import model_name
-from deploy_kit.verify.model import SideDoorProbe
+from deploy_kit.verify.model import GUARDED, SIDE_DOORS, SideDoorProbe
 
-# vLLM's routes that answer without its API key and run a model (vllm-project/vllm#58144;
-# vLLM's security docs list these): SageMaker's /invocations dispatches completions
-SIDE_DOORS = ("/invocations", "/pooling", "/score", "/rerank", "/classify")
-# guarded by the key (vLLM's own check, and the front's header check before it)
-GUARDED = "/v1/completions"
 PATHS = (*SIDE_DOORS, GUARDED)
 # an open door answers a one-token completion in well under this; no answer is a failure
 TIMEOUT_S = 15.0
