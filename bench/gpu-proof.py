@@ -140,7 +140,10 @@ def inventory_vars(args: argparse.Namespace, model_dir: Path,
         "vllm_model": str(model_dir),
         "vllm_models_dir": str(model_dir.parent),  # model_path_on_host is the directory itself
         "vllm_venv": venv_of(args.python),
-        "vllm_port": args.port,
+        # vLLM listens on loopback at vllm_loopback_port (the proof runs no serving front
+        # and talks to vLLM there); the public port only must not clash with it
+        "vllm_loopback_port": args.port,
+        "vllm_port": args.port + 4,
         "lmcache_server_port": args.port + 1,
         "lmcache_server_http_port": args.port + 2,
         "lmcache_server_metrics_port": args.port + 3,
@@ -705,7 +708,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--enforce-eager", action="store_true",
                         help="vllm_enforce_eager: true (faster start, slower prefill)")
     parser.add_argument("--port", type=int, default=18000,
-                        help="vLLM's port; the LMCache server takes the next three")
+                        help="vLLM's (loopback) port; the LMCache server takes the next three")
     parser.add_argument("--settle-s", type=float, default=5.0,
                         help="wait before stopping vLLM, for the server's last stores")
     parser.add_argument("--budget-s", type=float, default=570.0)

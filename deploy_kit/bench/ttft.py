@@ -63,10 +63,10 @@ def default_lengths(accelerator: str | None, max_model_len: int | None,
 
 
 def measure(target: Target, ids: list[int], max_tokens: int) -> dict[str, Any]:
-    before = oa.metrics(target.address, target.port)
+    before = oa.metrics(target.address, target.port, target.api_key)
     timed = oa.stream_completion(target.address, target.port, target.model, ids, max_tokens,
                                  target.api_key)
-    hits = oa.delta(before, oa.metrics(target.address, target.port))
+    hits = oa.delta(before, oa.metrics(target.address, target.port, target.api_key))
     return {"host": target.name, "ttft_s": timed.ttft_s, "tpot_s": timed.tpot_s,
             "total_s": timed.total_s, "prompt_tokens": timed.prompt_tokens,
             "completion_tokens": timed.completion_tokens,

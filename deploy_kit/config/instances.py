@@ -3,7 +3,9 @@
 An 8-GPU host at TP 2 runs four engines, not one: `vllm_accelerator_count / (TP x PP)`
 instances by default (`vllm_instances` overrides). Instance 0 keeps the names a one-engine
 host always had (`vllm.service`, `vllm.env`, `vllm_port`), so an existing host upgrades in
-place; instance i >= 1 is `vllm-<i>` on `vllm_port + i`.
+place; instance i >= 1 is `vllm-<i>` on `vllm_port + i`. Each vLLM listens on 127.0.0.1 at
+`vllm_loopback_port + i`; the serving front (render/serving_front.py) listens on the public
+port and forwards only what is safe to expose.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ class Instance:
     host: str
     index: int
     count: int  # instances on the host
-    port: int
+    port: int  # public: the serving front's, what clients, Prometheus and verify use
     devices: tuple[int, ...]  # empty: every device the host has (one instance, or cpu)
     device_env: str | None  # the variable that carries `devices`
+    loopback_port: int = 0  # vLLM's own, on 127.0.0.1 (the front forwards to it)
 
     @property
     def unit(self) -> str:
@@ -66,7 +69,8 @@ def instances(host_name: str, c: HostConfig) -> list[Instance]:
     split = device_env is not None and c.vllm_accelerator_count is not None and \
         (count > 1 or c.vllm_accelerator_count > per)
     return [Instance(host_name, i, count, c.vllm_port + i,
-                     tuple(range(i * per, (i + 1) * per)) if split else (), device_env)
+                     tuple(range(i * per, (i + 1) * per)) if split else (), device_env,
+                     c.vllm_loopback_port + i)
             for i in range(count)]
 
 

@@ -58,7 +58,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # CoreDNS may bind below 1024: HAProxy starts as root, CoreDNS's unit grants the capability)
 UNPRIVILEGED_PORTS = {
     "ceph_rgw_frontend_port": "radosgw", "consul_dns_port": "consul",
-    "consul_http_port": "consul", "vllm_port": "vLLM",
+    "consul_http_port": "consul", "vllm_loopback_port": "vLLM",
     "lmcache_server_port": "the LMCache server", "lmcache_server_http_port": "the LMCache server",
     "lmcache_server_metrics_port": "the LMCache server",
     "monitoring_prometheus_port": "Prometheus", "monitoring_blackbox_port": "the blackbox exporter",
@@ -536,8 +536,15 @@ class HostConfig(BaseModel):
     # rope scaling for longer contexts (e.g. yarn, factor);
     # passed as --rope-scaling or --hf-overrides per vLLM
     vllm_rope_scaling: dict[str, Any] | None = None
-    # the first vLLM instance's port; instance i listens on vllm_port + i
+    # the first vLLM instance's public port (the serving front, HAProxy, listens there);
+    # instance i listens on vllm_port + i
     vllm_port: int = Field(default=8000, ge=1, le=65535)
+    # the first vLLM instance's port on 127.0.0.1, behind the serving front; instance i on
+    # vllm_loopback_port + i (vLLM itself never listens on the host's addresses)
+    vllm_loopback_port: int = Field(default=18000, ge=1, le=65535)
+    # addresses or networks (CIDR) besides the monitoring group's hosts and loopback that
+    # the serving front lets read vLLM's /metrics without the API key (an outside Prometheus)
+    vllm_metrics_sources: list[str] = Field(default_factory=list)
     # accelerator devices per host (GPUs, Gaudi modules); unset: one instance on every device
     vllm_accelerator_count: int | None = Field(default=None, ge=1, le=1024)
     # vLLM instances per host, each with its own unit, port and device set; unset:
@@ -779,6 +786,19 @@ class HostConfig(BaseModel):
             service = UNPRIVILEGED_PORTS[str(info.field_name)]
             raise ValueError(f"port {value} is privileged, but {service} runs as an "
                              "unprivileged user and could not bind it|use a port from 1024 up")
+        return value
+
+    @field_validator("vllm_metrics_sources")
+    @classmethod
+    def _metrics_sources(cls, value: list[str]) -> list[str]:
+        # each lands in the serving front's `src` ACL (render/serving_front.py) as written
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry[:60]!r} is not an address or network|give IPv4/IPv6 "
+                                 "addresses or CIDR networks, e.g. 10.0.5.7 or 10.0.5.0/24"
+                                 ) from None
         return value
 
     @field_validator("deploykit_s3_fqdn")

@@ -72,6 +72,13 @@ VLLM_UNIT_PATH = vllm_unit_path()
 LMCACHE_SERVER_UNIT = "lmcache-server"
 LMCACHE_SERVER_UNIT_PATH = f"/etc/systemd/system/{LMCACHE_SERVER_UNIT}.service"
 HAPROXY_CFG_PATH = "/etc/haproxy/haproxy.cfg"
+# the serving front (render/serving_front.py): its own HAProxy process and unit beside the
+# concentrator's, so a host that is both gateway and serving host runs both
+VLLM_FRONT_UNIT = "vllm-front"
+VLLM_FRONT_UNIT_PATH = f"/etc/systemd/system/{VLLM_FRONT_UNIT}.service"
+VLLM_FRONT_CFG_PATH = "/etc/haproxy/vllm-front.cfg"
+# SHA-256 digests of the accepted `Authorization` values (0600, the role writes it)
+VLLM_FRONT_KEYS_PATH = "/etc/haproxy/vllm-front.keys"
 # the host agents the roles copy from deploy_kit/agents (their settings are rendered)
 SELF_HEAL_SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
 S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"

@@ -45,8 +45,11 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
     if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
         claims += [(c.consul_dns_port, "consul_dns_port"), (c.consul_http_port, "consul_http_port")]
     if "vllm" in host.groups:
-        # every instance listens on vllm_port + i (config/instances.py)
+        # every instance's front listens on vllm_port + i, and vLLM itself on 127.0.0.1 at
+        # vllm_loopback_port + i (config/instances.py): one port space on the host
         claims += [(c.vllm_port + i, "vllm_port") for i in range(instance_count(c))]
+        claims += [(c.vllm_loopback_port + i, "vllm_loopback_port")
+                   for i in range(instance_count(c))]
         if c.lmcache_server:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),

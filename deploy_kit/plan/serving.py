@@ -115,11 +115,12 @@ class ServingHost:
         return names.vllm_api_keys_path(self.config)
 
     def instance_files(self) -> list[dict[str, Any]]:
-        """settings.json `_vllm_instances`: unit, port, env file and unit file each (none
-        outside the vllm group)."""
+        """settings.json `_vllm_instances`: unit, public and loopback port, env file and unit
+        file each (none outside the vllm group)."""
         if not self.serves:
             return []
         return [{"index": i.index, "name": i.name, "unit": i.unit, "port": i.port,
+                 "loopback_port": i.loopback_port,
                  "env_file": names.vllm_env_path(self.config, i.unit),
                  "unit_file": names.vllm_unit_path(i.unit)} for i in self.instances]
 

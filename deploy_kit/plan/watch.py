@@ -43,6 +43,8 @@ def role_paths(host: Host) -> dict[str, Any]:
         "_ceph_rgw_haproxy_stats_env_path": names.HAPROXY_STATS_ENV_PATH,
         "_vllm_secret_env_path": serving.secret_env_path if c.vllm_uses_api_key else None,
         "_vllm_api_keys_path": serving.api_keys_path if c.vllm_uses_api_key else None,
+        # the serving front's key digests (render/serving_front.py key_digest); absent without a key
+        "_vllm_front_keys_path": names.VLLM_FRONT_KEYS_PATH,
         "_ceph_rgw_keyring_paths": {
             name: names.rgw_keyring_path(name)
             for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
@@ -67,7 +69,7 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
                "_consul_tls_pem_path"),
     "dns": ("_coredns_binary_path",),
     "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
-             "_vllm_api_keys_path",
+             "_vllm_api_keys_path", "_vllm_front_keys_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
              "_vllm_model_staged_marker_path", "_serving_agent_script",
              "_monitoring_s3_events_script"),
@@ -112,6 +114,8 @@ def role_units(host: Host) -> dict[str, Any]:
         "_lmcache_server_unit": names.LMCACHE_SERVER_UNIT,
         # one unit per vLLM instance (config/instances.py), by instance name
         "_vllm_instance_units": serving_host(host).instance_units,
+        # the serving front on the instances' public ports (render/serving_front.py)
+        "_vllm_front_unit": names.VLLM_FRONT_UNIT,
         "_monitoring_node_exporter_unit": "prometheus-node-exporter",
         "_monitoring_s3_events_unit": "deploykit-lmcache-s3-events.timer",
         "_monitoring_prometheus_unit": "prometheus",
@@ -124,7 +128,7 @@ GROUP_UNIT_NAMES: dict[str, tuple[str, ...]] = {
     "rgw": ("_ceph_rgw_instance_units", "_ceph_rgw_haproxy_unit"),
     "consul": ("_consul_unit",),
     "dns": ("_coredns_unit",),
-    "vllm": ("_lmcache_server_unit", "_vllm_instance_units",
+    "vllm": ("_lmcache_server_unit", "_vllm_instance_units", "_vllm_front_unit",
              "_monitoring_node_exporter_unit",
              "_monitoring_s3_events_unit"),
     "monitoring": ("_monitoring_prometheus_unit", "_monitoring_blackbox_unit",

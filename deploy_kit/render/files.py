@@ -15,7 +15,16 @@ from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
 from deploy_kit.plan.serving import serving_host
-from deploy_kit.render import consul, dns, lmcache_server, monitoring, self_heal, storage, vllm
+from deploy_kit.render import (
+    consul,
+    dns,
+    lmcache_server,
+    monitoring,
+    self_heal,
+    serving_front,
+    storage,
+    vllm,
+)
 from deploy_kit.render.lmcache import render_lmcache_yaml
 from deploy_kit.render.templating import render_template
 
@@ -87,6 +96,9 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 vllm.render_env_file(host, instance))
             files[names.vllm_unit_path(instance.unit)] = RenderedFile(
                 vllm.render_unit(host, instance))
+        # the public ports: vLLM itself listens on loopback only (render/serving_front.py)
+        files[names.VLLM_FRONT_CFG_PATH] = RenderedFile(serving_front.render_config(site, host))
+        files[names.VLLM_FRONT_UNIT_PATH] = RenderedFile(serving_front.render_unit())
         if self_heal.applies(host):
             files |= {path: RenderedFile(text, mode=mode) for path, (text, mode) in
                       self_heal.render(site, host).items()}

@@ -99,7 +99,8 @@ def agent_config(host: Host) -> dict[str, Any]:
         "server": server,
         # CPU: the instances Require= the server, so its restart restarts them (roll.yml)
         "with_server": vllm.restarts_with_server(host),
-        "instances": [{"unit": i.unit, "port": i.port} for i in instances],
+        # vLLM's own port on loopback: the agent waits for the engine, not the front
+        "instances": [{"unit": i.unit, "port": i.loopback_port} for i in instances],
         "health_timeout": c.vllm_health_timeout,
         "health_poll": 2,
         "backoff": c.lmcache_self_heal_backoff * 60,

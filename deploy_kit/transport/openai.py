@@ -214,9 +214,10 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def metrics(address: str, port: int) -> dict[str, float] | None:
-    """vLLM's counters now; None when /metrics does not answer."""
-    status, body = get(address, port, "/metrics", timeout=10.0)
+def metrics(address: str, port: int, api_key: str | None = None) -> dict[str, float] | None:
+    """vLLM's counters now; None when /metrics does not answer. The serving front lets the
+    monitoring hosts read them, and anyone else with the API key (render/serving_front.py)."""
+    status, body = get(address, port, "/metrics", api_key, timeout=10.0)
     if status != 200:
         return None
     return parse_metrics(body.decode(errors="replace"))

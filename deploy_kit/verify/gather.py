@@ -35,6 +35,7 @@ from deploy_kit.verify.probes import (
     remote_probe,
     s3_probe,
     serving_probe,
+    side_door_probe,
     tls_probe,
 )
 
@@ -197,12 +198,16 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
         obs.serving = [serving_probe.from_result(h, r, serving_plan(h, site_plan))
                        for h, r in zip(serving, shell, strict=False)]
         obs.cache = cache_job.result()
+        # after the cache probe too: an open door would run a completion on the instance
+        door_jobs = [pool.submit(side_door_probe.probe_endpoint, e)
+                     for e in side_door_probe.probe_jobs(serving)]
         # after the cache probe: its per-host counter deltas must not see these requests
         answering = {p.host: p.model for p in obs.cache if p.serving and p.model}
         obs.remote, obs.remote_alone = remote_probe.probe(
             [h for h in serving if all(e.name in answering for e in endpoints(h))],
             {name: str(model) for name, model in answering.items()},
             f"{int(time.time())}-{os.urandom(3).hex()}")
+        obs.side_doors = [j.result() for j in door_jobs]
         if obs.consul is not None:
             obs.consul = consul_probe.from_output(
                 obs.consul, [(h.name, r) for h, r in

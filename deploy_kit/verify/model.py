@@ -273,6 +273,28 @@ class RemoteRead:
     second_external: int | None = None
 
 
+# vLLM's routes that answer without its API key and run a model (vllm-project/vllm#58144;
+# vLLM's security docs list these): SageMaker's /invocations dispatches completions. The
+# side-door probe sends to each, and to GUARDED (the key's), without a key.
+SIDE_DOORS = ("/invocations", "/pooling", "/score", "/rerank", "/classify")
+GUARDED = "/v1/completions"
+
+
+@dataclass
+class SideDoorProbe:
+    """One vLLM instance's public address, sent a completion body with no API key on each
+    path vLLM serves without one (and on /v1/completions): what each answered (None: no
+    HTTP answer; `errors` says why, `closed` when the connection was refused)."""
+
+    endpoint: str  # the instance's name (config/instances.py)
+    address: str
+    port: int
+    keyed: bool  # the host serves behind the API key (vllm_uses_api_key)
+    answers: dict[str, int | None] = field(default_factory=dict)  # path -> HTTP status
+    errors: dict[str, str] = field(default_factory=dict)  # path -> why no status
+    closed: set[str] = field(default_factory=set)  # paths whose connection was refused
+
+
 @dataclass(frozen=True)
 class StorageMeasurement:
     """The GET throughput `deploykit bench storage` measured through the S3 name with
@@ -315,6 +337,8 @@ class Observation:
     remote: list[RemoteRead] = field(default_factory=list)  # cross-host probe, a ring per model
     remote_alone: dict[str, str] = field(default_factory=dict)  # host -> why it has no pair
     tls: list[TlsEndpoint] = field(default_factory=list)  # deploykit_s3_tls only
+    # unkeyed requests to each vLLM instance's public address (the serving front's refusals)
+    side_doors: list[SideDoorProbe] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)  # host -> Ansible's reason
     # verify --limit: check tag -> why its checks observed nothing (their hosts are outside)
     outside_limit: dict[str, str] = field(default_factory=dict)

@@ -23,6 +23,7 @@ from deploy_kit.verify.model import (
     ServingHost,
     ServingPlan,
     ShmSegment,
+    SideDoorProbe,
     Status,
     StorageMeasurement,
     TlsEndpoint,
@@ -41,6 +42,14 @@ LIFECYCLE = {"Rules": [{"ID": "deploykit-expire-kv", "Status": "Enabled",
 
 GIB = 1024**3
 PINS = {"lmcache": "0.5.6", "vllm": "0.33.0"}
+
+
+def side_door(name: str) -> SideDoorProbe:
+    """One instance whose serving front refused every unkeyed request (404 for vLLM's
+    unguarded paths, 401 for /v1/completions without a bearer)."""
+    return SideDoorProbe(endpoint=name, address=f"10.9.1.{name[-1]}", port=8000, keyed=True,
+                         answers={"/invocations": 404, "/pooling": 404, "/score": 404,
+                                  "/rerank": 404, "/classify": 404, "/v1/completions": 401})
 
 
 def serving(name: str, seed: str = "67") -> ServingHost:
@@ -109,6 +118,7 @@ def healthy() -> Observation:
     obs.consul = consul_view(list(RGW))
     obs.cache = [cache_probe("gpu1"), cache_probe("gpu2"), *instance_pair()]
     obs.remote = remote_ring()
+    obs.side_doors = [side_door("gpu1"), side_door("gpu2")]
     for host in obs.serving:
         host.s3_log = []
     geometry = find_preset("Qwen/Qwen3-8B")
@@ -216,7 +226,23 @@ def _nixl_host_without_nixl(o: Observation) -> None:
     o.serving[0].plan.pinned["nixl"] = "1.4.1"
 
 
+def _no_answer(o: Observation, path: str, why: str) -> None:
+    o.side_doors[0].answers[path] = None
+    o.side_doors[0].errors[path] = why
+
+
 CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
+    # the measured lab: an unkeyed POST /invocations ran a completion
+    ("vllm-no-side-door", lambda o: o.side_doors[0].answers.update({"/invocations": 200}),
+     "gpu1", "answered without the API key: /invocations 200"),
+    # 422: vLLM parsed the body, so the path reached it unguarded
+    ("vllm-no-side-door", lambda o: o.side_doors[1].answers.update({"/score": 422}),
+     "gpu2", "/score 422"),
+    ("vllm-no-side-door", lambda o: o.side_doors[0].answers.update({"/v1/completions": 200}),
+     "gpu1", "/v1/completions 200"),
+    # no answer in time: a completion may be running behind it
+    ("vllm-no-side-door", lambda o: _no_answer(o, "/rerank", "TimeoutError"),
+     "gpu1", "/rerank no answer (TimeoutError)"),
     ("vllm-service", _vllm_failed, "gpu1",
      "systemctl is-active vllm: failed (Result exit-code); journal: torch.OutOfMemoryError"),
     ("vllm-service", _cpu_vllm_stopped, "gpu2",
@@ -404,3 +430,36 @@ def test_live_segments_are_not_stale() -> None:
     obs.serving[1].shm_segments = [ShmSegment("lmcache_kv_77_0", GIB, True),
                                    ShmSegment("lmcache_kv_x", GIB, None)]  # vLLM runs
     assert {f.status for f in evaluate(obs, {"dev-shm-capacity"})} == {Status.PASS}
+
+
+def test_side_doors_refused_by_status_or_a_closed_port_pass() -> None:
+    """401/403/404/405 and a refused connection are refusals (no completion either way);
+    a port where nothing listens at all is a warning, not a pass or a side door."""
+    obs = healthy()
+    obs.side_doors[0].answers.update({"/pooling": 405, "/score": 403})
+    obs.side_doors[0].answers["/classify"] = None
+    obs.side_doors[0].closed.add("/classify")
+    found = {f.target: f for f in evaluate(obs, {"vllm-no-side-door"})}
+    assert found["gpu1 (10.9.1.1:8000)"].status == Status.PASS
+    assert "/pooling 405" in found["gpu1 (10.9.1.1:8000)"].message
+    door = obs.side_doors[1]
+    door.answers = dict.fromkeys(door.answers)
+    door.closed = set(door.answers)
+    closed = {f.target: f for f in evaluate(obs, {"vllm-no-side-door"})}
+    assert closed["gpu2 (10.9.1.2:8000)"].status == Status.WARN
+    assert "nothing listens on :8000" in closed["gpu2 (10.9.1.2:8000)"].message
+
+
+def test_a_keyless_site_may_answer_v1_but_never_a_side_door() -> None:
+    """vllm_api_key_required false: /v1/completions answering is the site's choice (said
+    in the finding); /invocations answering still fails."""
+    obs = healthy()
+    door = obs.side_doors[0]
+    door.keyed = False
+    door.answers["/v1/completions"] = 200
+    passed = evaluate(obs, {"vllm-no-side-door"})
+    mine = next(f for f in passed if f.target.startswith("gpu1"))
+    assert mine.status == Status.PASS and "vllm_api_key_required false" in mine.message
+    door.answers["/invocations"] = 200
+    failed = next(f for f in evaluate(obs, {"vllm-no-side-door"}) if f.target.startswith("gpu1"))
+    assert failed.status == Status.FAIL and "/invocations 200" in failed.message

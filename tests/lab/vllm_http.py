@@ -2,7 +2,8 @@
 
 vLLM serves behind an API key by default: the OpenAI calls send the key of the effective
 site (the inventory, its vault, or the store `deploykit up` generated it into), as every
-client of deploykit does. /health and /metrics need none."""
+client of deploykit does. /health needs none; the serving front lets the controller (no
+monitoring host) read /metrics with the key, as verify does."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def get(url: str, timeout: float = 3) -> int:
 
 
 def metric(address: str, name: str, port: int = 8000) -> float:
-    with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=10) as response:
+    request = urllib.request.Request(f"http://{address}:{port}/metrics",
+                                     headers=headers(address))
+    with urllib.request.urlopen(request, timeout=10) as response:
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith(name + "{") or line.startswith(name + " "))

@@ -102,30 +102,30 @@ def chain(*mutations: Any) -> Any:
     return mutate
 
 
-EXTRA_HOST = "[vllm]\ngpu9 ansible_host=10.0.1.9 vllm_accelerator=cuda vllm_port=80\n"
+EXTRA_HOST = "[vllm]\ngpu9 ansible_host=10.0.1.9 vllm_accelerator=cuda vllm_port=70000\n"
 LISTING = {"vllm": {"hosts": ["gpu9"]},
            "_meta": {"hostvars": {"gpu9": {"ansible_host": "10.0.1.9",
-                                           "vllm_accelerator": "cuda", "vllm_port": 80}}}}
+                                           "vllm_accelerator": "cuda", "vllm_port": 70000}}}}
 
 CASES = [
     # --- class 1: the vars files Ansible reads, not others -------------------------------
-    Case("group-vars-no-extension-hides-yml", raw("group_vars/vllm", "vllm_port: 80\n"),
+    Case("group-vars-no-extension-hides-yml", raw("group_vars/vllm", "vllm_port: 70000\n"),
          "group_vars/vllm", "vllm_port", VLLM),
-    Case("group-vars-json", chain(drop(VF), raw("group_vars/vllm.json", '{"vllm_port": 80}')),
+    Case("group-vars-json", chain(drop(VF), raw("group_vars/vllm.json", '{"vllm_port": 70000}')),
          "group_vars/vllm.json", "vllm_port", VLLM),
     Case("group-vars-yaml-before-json", chain(
-        drop(VF), raw("group_vars/vllm.yaml", "vllm_port: 80\n"),
+        drop(VF), raw("group_vars/vllm.yaml", "vllm_port: 70000\n"),
         raw("group_vars/vllm.json", '{"vllm_port": 8000}')),
          "group_vars/vllm.yaml", "vllm_port", VLLM),
     Case("group-vars-nested-directory", chain(
-        drop(VF), raw("group_vars/vllm/a/b/deep.yml", "vllm_port: 80\n")),
+        drop(VF), raw("group_vars/vllm/a/b/deep.yml", "vllm_port: 70000\n")),
          "group_vars/vllm/a/b/deep.yml", "vllm_port", VLLM),
     Case("group-vars-file-without-extension-in-directory", chain(
-        drop(VF), raw("group_vars/vllm/settings", "vllm_port: 80\n")),
+        drop(VF), raw("group_vars/vllm/settings", "vllm_port: 70000\n")),
          "group_vars/vllm/settings", "vllm_port", VLLM),
-    Case("host-vars-no-extension", raw("host_vars/gpu1", "vllm_port: 80\n"),
+    Case("host-vars-no-extension", raw("host_vars/gpu1", "vllm_port: 70000\n"),
          "host_vars/gpu1", "vllm_port", ("gpu1",)),
-    Case("host-vars-directory-json", raw("host_vars/gpu1/port.json", '{"vllm_port": 80}'),
+    Case("host-vars-directory-json", raw("host_vars/gpu1/port.json", '{"vllm_port": 70000}'),
          "host_vars/gpu1/port.json", "vllm_port", ("gpu1",)),
     # a host in no group is in Ansible's implicit `ungrouped`
     Case("ungrouped-group-vars", chain(
@@ -138,8 +138,8 @@ CASES = [
          ("gpu9",)),
     Case("second-yaml-source", raw("more.yaml", {"all": {"children": {"vllm": {"hosts": {
         "gpu9": {"ansible_host": "10.0.1.9", "vllm_accelerator": "cuda",
-                 "vllm_port": 80}}}}}}), "more.yaml", "vllm_port", ("gpu9",)),
-    Case("second-source-sets-all-vars", raw("extra", "[all:vars]\nvllm_port=80\n"),
+                 "vllm_port": 70000}}}}}}), "more.yaml", "vllm_port", ("gpu9",)),
+    Case("second-source-sets-all-vars", raw("extra", "[all:vars]\nvllm_port=70000\n"),
          "extra", "vllm_port", VLLM),
     Case("script-source-beside-hosts", script(
         "dynamic.sh", f"#!/bin/sh\ncat <<'EOF'\n{json.dumps(LISTING)}\nEOF\n"),
@@ -219,17 +219,17 @@ CONTROLS = [
     Case("control-group-vars-directory-hides-yml", lambda files, root: (
         (root / "group_vars" / "vllm").mkdir(parents=True),
         (root / "group_vars" / "vllm" / "main.yml").write_text("vllm_port: 8001\n"),
-        files.__setitem__(VF, "vllm_port: 80\n")), "", ""),
+        files.__setitem__(VF, "vllm_port: 70000\n")), "", ""),
     Case("control-no-extension-hides-yml", chain(
-        raw("group_vars/vllm", "vllm_port: 8001\n"), raw(VF, "vllm_port: 80\n")), "", ""),
+        raw("group_vars/vllm", "vllm_port: 8001\n"), raw(VF, "vllm_port: 70000\n")), "", ""),
     Case("control-hidden-backup-and-other-extensions", chain(
-        drop(VF), raw("group_vars/vllm/.old.yml", "vllm_port: 80\n"),
-        raw("group_vars/vllm/main.yml~", "vllm_port: 80\n"),
-        raw("group_vars/vllm/notes.txt", "vllm_port: 80\n"),
+        drop(VF), raw("group_vars/vllm/.old.yml", "vllm_port: 70000\n"),
+        raw("group_vars/vllm/main.yml~", "vllm_port: 70000\n"),
+        raw("group_vars/vllm/notes.txt", "vllm_port: 70000\n"),
         raw("group_vars/vllm/ok.yml", "vllm_port: 8001\n")), "", ""),
     Case("control-ignored-files-in-directory", chain(
         raw("README.md", "# notes\n"), raw("ansible.cfg", "[defaults]\n"),
-        raw("notes.txt", "vllm_port: 80\n"), raw(".hidden.yml", "nonsense: [")), "", ""),
+        raw("notes.txt", "vllm_port: 70000\n"), raw(".hidden.yml", "nonsense: [")), "", ""),
     Case("control-model-config-in-directory", raw(
         "models/tiny/config.json", '{"num_hidden_layers": 4, "hidden_size": 512}'), "", ""),
     Case("control-second-source-adds-valid-host", raw(

@@ -104,7 +104,7 @@ CASES = [
     Case("jinja-nested-in-extra-config", gv("vllm", lmcache_extra_config={
         "s3_region": "{{ region }}-x"}), VF, "lmcache_extra_config.s3_region", VLLM),
     Case("jinja-reference-resolved-then-validated", gv("vllm", vllm_port="{{ my_port }}",
-                                                       my_port=80), VF, "vllm_port", VLLM),
+                                                       my_port=70000), VF, "vllm_port", VLLM),
     Case("jinja-reference-to-template", gv("vllm", vllm_model="{{ m }}", m="{{ x ~ 'y' }}"),
          VF, "m", VLLM),
     Case("jinja-reference-loop", gv("all", vllm_port="{{ a }}", a="{{ b }}", b="{{ a }}"),

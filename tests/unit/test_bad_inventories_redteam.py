@@ -117,25 +117,25 @@ def whole_file_vault(files: Files, root: Path) -> None:
 
 LISTING_BAD = ('{"vllm": {"hosts": ["gpu9"]}, "_meta": {"hostvars": {"gpu9": '
                '{"ansible_host": "10.0.1.9", "vllm_accelerator": "cuda", '
-               '"vllm_port": 80}}}}')
+               '"vllm_port": 70000}}}}')
 
 CASES = [
     # --- class 1: the files Ansible reads ------------------------------------------------
     Case("c1-group-vars-yaml-extension", both(drop(VF), raw("group_vars/vllm.yaml",
-                                                           "vllm_port: 80\n")),
+                                                           "vllm_port: 70000\n")),
          "group_vars/vllm.yaml", "vllm_port", VLLM),
-    Case("c1-host-vars-json", raw("host_vars/gpu1.json", '{"vllm_port": 80}\n'),
+    Case("c1-host-vars-json", raw("host_vars/gpu1.json", '{"vllm_port": 70000}\n'),
          "host_vars/gpu1.json", "vllm_port", ("gpu1",)),
     Case("c1-host-vars-nested-directory", raw("host_vars/gpu2/net/ports.yml",
-                                              "vllm_port: 80\n"),
+                                              "vllm_port: 70000\n"),
          "host_vars/gpu2/net/ports.yml", "vllm_port", ("gpu2",)),
     Case("c1-source-in-subdirectory", raw("extra/hosts.yml", (
         "all:\n  children:\n    vllm:\n      hosts:\n        gpu9: {ansible_host: 10.0.1.9, "
-        "vllm_accelerator: cuda, vllm_port: 80}\n")), "extra/hosts.yml", "vllm_port"),
+        "vllm_accelerator: cuda, vllm_port: 70000}\n")), "extra/hosts.yml", "vllm_port"),
     Case("c1-json-inventory-source", raw("more.json", (
         '{"all": {"children": {"vllm": {"hosts": {"gpu9": {"ansible_host": "10.0.1.9", '
-        '"vllm_accelerator": "cuda", "vllm_port": 80}}}}}}\n')), "more.json", "vllm_port"),
-    Case("c1-ini-group-vars-only", raw("extra.ini", "[vllm:vars]\nvllm_port=80\n"),
+        '"vllm_accelerator": "cuda", "vllm_port": 70000}}}}}}\n')), "more.json", "vllm_port"),
+    Case("c1-ini-group-vars-only", raw("extra.ini", "[vllm:vars]\nvllm_port=70000\n"),
          "extra.ini", "vllm_port"),
     Case("c1-group-vars-all-dir-deep", raw("group_vars/all/site/ports.yaml",
                                            "deploykit_s3_port: 70000\n"),
@@ -190,7 +190,7 @@ CASES = [
          "vllm_served_model_name", VLLM),
     Case("c4-template-in-extra-config-key", gv("vllm", lmcache_extra_config={
         "{{ key }}": 1}), VF, "lmcache_extra_config", VLLM),
-    Case("c4-reference-reaches-bad-port", both(gv("all", site_port=80),
+    Case("c4-reference-reaches-bad-port", both(gv("all", site_port=70000),
                                                gv("vllm", vllm_port="{{site_port}}")),
          VF, "vllm_port", VLLM),
     Case("c4-reference-in-list-element", gv("vllm", vllm_extra_args=[
@@ -329,7 +329,7 @@ CASES = [
         "[ceph_admin]\nadm1 ansible_host=10.0.0.10\n[rgw]\nrgw1 ansible_host=10.0.0.11\n"
         "rgw2 ansible_host=10.0.0.12\n[consul_servers]\nc1 ansible_host=10.0.0.21\n[dns]\n"
         "dns1 ansible_host=10.0.0.31\n[vllm]\ngpu1 ansible_host=10.0.1.1 "
-        "vllm_accelerator=cuda vllm_port=80\ngpu2 ansible_host=10.0.1.2 "
+        "vllm_accelerator=cuda vllm_port=70000\ngpu2 ansible_host=10.0.1.2 "
         "vllm_accelerator=rocm\n"))), "hosts.ini", "vllm_port", ("gpu1",)),
     Case("c11-ini-group-vars-section", both(as_ini, lambda files, root: files.__setitem__(
         "hosts.ini", files["hosts.ini"] + "\n[vllm:vars]\nvllm_enforce_eager=maybe\n")),

@@ -164,7 +164,8 @@ NETWORK_CASES = [
         gv("vllm", monitoring_node_exporter_port=8000)), VF, "monitoring_node_exporter_port"),
     Case("port-zero", gv("rgw", deploykit_s3_port=0), RF, "deploykit_s3_port"),
     Case("port-too-high", gv("dns", coredns_port=70000), DF, "coredns_port"),
-    Case("privileged-vllm-port", gv("vllm", vllm_port=443), VF, "vllm_port"),
+    Case("privileged-vllm-loopback-port", gv("vllm", vllm_loopback_port=443), VF,
+         "vllm_loopback_port"),
     # --- addresses -------------------------------------------------------------------------
     Case("rgw-on-loopback", rgw_address("rgw2", "127.0.0.1"), H, "ansible_host", ("rgw2",)),
     Case("rgw-on-broadcast", rgw_address("rgw1", "255.255.255.255"), H, "ansible_host"),

@@ -29,11 +29,18 @@ def test_an_eight_gpu_host_at_tp2_renders_four_instances(make_inventory: Invento
         "vllm_tensor_parallel_size": 2, "vllm_accelerator_count": 8,
         "vllm_model": "Qwen/Qwen3-8B", "lmcache_topology": "server"})))
     files = render_site(site)["gpu1"]
-    units = {p: f.content for p, f in files.items() if "/systemd/system/vllm" in p}
+    units = {p: f.content for p, f in files.items()
+             if "/systemd/system/vllm" in p and "vllm-front" not in p}
     assert set(units) == {f"/etc/systemd/system/{u}.service"
                           for u in ("vllm", "vllm-1", "vllm-2", "vllm-3")}
+    # vLLM listens on loopback; the serving front holds the public ports and forwards
     ports = sorted(_argv_port(text) for text in units.values())
-    assert ports == [8000, 8001, 8002, 8003]
+    assert ports == [18000, 18001, 18002, 18003]
+    assert all("--host 127.0.0.1 " in text for text in units.values())
+    front = files["/etc/haproxy/vllm-front.cfg"].content
+    for public, loopback in zip((8000, 8001, 8002, 8003), ports, strict=True):
+        assert f"    bind :{public}\n" in front
+        assert f"    server vllm 127.0.0.1:{loopback}\n" in front
     envs = [_env(files[f"/etc/deploykit/{u}.env"].content)
             for u in ("vllm", "vllm-1", "vllm-2", "vllm-3")]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "2,3", "4,5", "6,7"]
@@ -74,7 +81,7 @@ def test_one_engine_hosts_keep_their_names_and_see_every_device(
     site = open_site(str(make_inventory(vllm={"vllm_tensor_parallel_size": 2})))
     files = render_site(site)["gpu1"]
     assert [p for p in files if "/systemd/system/vllm" in p] == [
-        "/etc/systemd/system/vllm.service"]
+        "/etc/systemd/system/vllm.service", "/etc/systemd/system/vllm-front.service"]
     assert "CUDA_VISIBLE_DEVICES" not in files["/etc/deploykit/vllm.env"].content
     settings = json.loads(role_tree(site)["gpu1"][SETTINGS_PATH].content)
     assert [i["name"] for i in settings["_vllm_instances"]] == ["gpu1"]

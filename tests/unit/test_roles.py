@@ -203,9 +203,11 @@ def test_one_serving_role_keeps_the_phase_tags_of_the_three_it_replaced() -> Non
     assert {"serving_env_install", "lmcache_install", "lmcache_configure", "lmcache_service",
             "vllm_install", "vllm_configure", "vllm_service"} <= known_tags(REPO)
     handlers = yaml.safe_load((role / "handlers" / "main.yml").read_text())
-    assert [h["listen"] for h in handlers] == ["serving restart"]
+    # the serving front's reload is its own topic: graceful, in the configure play
+    assert [h["listen"] for h in handlers] == ["serving restart", "serving front reload"]
     tasks = "\n".join(p.read_text() for p in sorted((role / "tasks").glob("*.yml")))
-    assert set(re.findall(r"^\s+notify: (.+)$", tasks, re.M)) == {"serving restart"}
+    assert set(re.findall(r"^\s+notify: (.+)$", tasks, re.M)) == {"serving restart",
+                                                                   "serving front reload"}
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
     assert set(specs["argument_specs"]) == {"main", "roll", "destroy", "rotate_credentials"}
 
@@ -218,8 +220,11 @@ def test_the_rendered_instances_carry_what_the_serving_role_reads() -> None:
 
     tasks = "\n".join(p.read_text() for p in (REPO / "roles" / "serving" / "tasks").glob("*.yml"))
     read = set(re.findall(r"\b(?:item|__serving_instance)\.([a-z_]+)", tasks))
-    read |= set(re.findall(r"__serving_gated \| map\(attribute='([a-z_]+)'\)", tasks))
-    assert read == {"unit", "port", "env_file", "unit_file"}, read
+    # the health gate's port: vLLM's loopback one by default, the front's with
+    # __serving_gate_port
+    read |= set(re.findall(r"__serving_gate_port \| default\('([a-z_]+)'\)", tasks))
+    read |= set(re.findall(r"__serving_gate_port: ([a-z_]+)$", tasks, re.M))
+    assert read == {"unit", "port", "loopback_port", "env_file", "unit_file"}, read
     tree = role_tree(open_site(str(REPO / "inventory" / "example")))
     counts = []
     for host, files in tree.items():

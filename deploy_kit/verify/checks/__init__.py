@@ -10,5 +10,6 @@ from deploy_kit.verify.checks import (  # noqa: F401
     s3,
     s3_privilege,
     serving,
+    side_door,
     tls,
 )

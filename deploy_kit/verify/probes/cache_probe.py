@@ -46,10 +46,10 @@ def request_with_hits(host: Host, model: str, ids: list[int]
                       ) -> tuple[oa.Timing, oa.Hits | None]:
     """One streamed completion and the prefix-cache hits vLLM's counters moved by."""
     port = host.config.vllm_port
-    before = oa.metrics(host.address, port)
+    before = oa.metrics(host.address, port, api_key(host))
     timed = oa.stream_completion(host.address, port, model, ids, 2, api_key(host),
                                  timeout=600)
-    after = oa.metrics(host.address, port)
+    after = oa.metrics(host.address, port, api_key(host))
     return timed, oa.delta(before, after)
 
 
@@ -74,7 +74,7 @@ def probe_host(host: Host, run_id: str, others: list[Host],
     time.sleep(SETTLE_S)
     second, hits2 = request_with_hits(host, model, ids)
     result.first_ttft_s, result.second_ttft_s = first.ttft_s, second.ttft_s
-    result.counters = oa.metrics(host.address, port)
+    result.counters = oa.metrics(host.address, port, api_key(host))
     if first.error or second.error:
         result.error = f"completion failed: {first.error or second.error}"
         return result
