@@ -11,7 +11,8 @@ in the layout of the host's topology and mode (cache/keys.py):
 - in-process connector (`lmcache_mode: s3`, `lmcache_topology: inprocess`):
   `<model, / as _>@…`;
 - LMCache server (`lmcache_mode: s3`, `lmcache_topology: server`): `<model>@…`, literal
-  (the adapter refuses `@` in a model name);
+  (the adapter refuses `@` in a model name), and the in-process connector's layout as well
+  (verify's round trip drives that connector with the host's keys);
 - NIXL storage backend (`lmcache_mode: nixl`): `<model, / and @ as _>_…`.
 
 So each model's prefix is the one LMCache already writes: scoping an identity to it changes
@@ -63,13 +64,21 @@ def model_key(c: HostConfig) -> str:
 
 def layout_prefix(c: HostConfig) -> str | None:
     """The key prefix this host's LMCache writes; None: no S3 tier (dram, disk)."""
+    prefixes = layout_prefixes(c)
+    return prefixes[0] if prefixes else None
+
+
+def layout_prefixes(c: HostConfig) -> tuple[str, ...]:
+    """Every key prefix written with this host's keys: its LMCache's, and on a server host
+    the in-process connector's too (`deploykit verify --roundtrip` drives that connector
+    with the host's profile: verify/roundtrip.py). None for dram or disk."""
     model = model_key(c)
     flat = model.replace("/", "_")
     if c.lmcache_mode == "nixl":
-        return flat.replace("@", "_") + "_"
+        return (flat.replace("@", "_") + "_",)
     if c.lmcache_mode != "s3":
-        return None
-    return model + "@" if c.lmcache_topology == "server" else flat + "@"
+        return ()
+    return (model + "@", flat + "@") if c.lmcache_topology == "server" else (flat + "@",)
 
 
 def slug(model: str, room: int) -> str:
@@ -104,11 +113,8 @@ def identities(site: Site) -> list[Identity]:
     owner = site.settings.ceph_rgw_s3_user
     found: dict[str, tuple[list[str], list[str]]] = {}
     for host in serving_hosts(site):
-        prefix = layout_prefix(host.config)
-        assert prefix is not None
         prefixes, hosts = found.setdefault(model_key(host.config), ([], []))
-        if prefix not in prefixes:
-            prefixes.append(prefix)
+        prefixes.extend(p for p in layout_prefixes(host.config) if p not in prefixes)
         hosts.append(host.name)
     out = []
     for model, (prefixes, hosts) in found.items():

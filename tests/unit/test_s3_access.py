@@ -43,8 +43,10 @@ def test_policy_scopes_each_model_to_its_own_keys(make_inventory: InventoryFacto
     big, small = identities(site)
     assert (big.uid, small.uid) == (f"kv-serving-qwen-qwen3-32b-{_digest('Qwen/Qwen3-32B')}",
                                     f"kv-serving-qwen-qwen3-8b-{_digest('Qwen/Qwen3-8B')}")
-    # gpu1/gpu2 run the LMCache server (cuda, rocm): its keys name the model as is
-    assert (big.prefixes, small.prefixes) == (("Qwen/Qwen3-32B@",), ("Qwen/Qwen3-8B@",))
+    # gpu1/gpu2 run the LMCache server (cuda, rocm): its keys name the model as is; verify's
+    # round trip drives the in-process connector (`/` as `_`) with the same keys
+    assert (big.prefixes, small.prefixes) == (("Qwen/Qwen3-32B@", "Qwen_Qwen3-32B@"),
+                                              ("Qwen/Qwen3-8B@", "Qwen_Qwen3-8B@"))
     assert uid_of(site) == {"gpu1": big.uid, "gpu2": small.uid}
     policy = bucket_policy("cache", [big, small], "kv-serving")
     grants = {(s["Effect"], tuple(s["Principal"]["AWS"]), tuple(s["Resource"]),
@@ -53,16 +55,16 @@ def test_policy_scopes_each_model_to_its_own_keys(make_inventory: InventoryFacto
     a, b = (f"arn:aws:iam:::user/{i.uid}" for i in (big, small))
     lease_a, lease_b = (f"deploykit-lease/{i.slug}/" for i in (big, small))
     assert grants == {
-        ("Allow", (a,), ("arn:aws:s3:::cache/Qwen/Qwen3-32B@*", f"arn:aws:s3:::cache/{lease_a}*"),
+        ("Allow", (a,), ("arn:aws:s3:::cache/Qwen/Qwen3-32B@*",
+                         "arn:aws:s3:::cache/Qwen_Qwen3-32B@*", f"arn:aws:s3:::cache/{lease_a}*"),
          "null"): set(OBJECT_ACTIONS),
-        ("Allow", (a,), ("arn:aws:s3:::cache",), json.dumps(
-            {"StringLike": {"s3:prefix": ["Qwen/Qwen3-32B@*", f"{lease_a}*"]}})):
-            {"s3:ListBucket"},
-        ("Allow", (b,), ("arn:aws:s3:::cache/Qwen/Qwen3-8B@*", f"arn:aws:s3:::cache/{lease_b}*"),
+        ("Allow", (a,), ("arn:aws:s3:::cache",), json.dumps({"StringLike": {"s3:prefix": [
+            "Qwen/Qwen3-32B@*", "Qwen_Qwen3-32B@*", f"{lease_a}*"]}})): {"s3:ListBucket"},
+        ("Allow", (b,), ("arn:aws:s3:::cache/Qwen/Qwen3-8B@*",
+                         "arn:aws:s3:::cache/Qwen_Qwen3-8B@*", f"arn:aws:s3:::cache/{lease_b}*"),
          "null"): set(OBJECT_ACTIONS),
-        ("Allow", (b,), ("arn:aws:s3:::cache",), json.dumps(
-            {"StringLike": {"s3:prefix": ["Qwen/Qwen3-8B@*", f"{lease_b}*"]}})):
-            {"s3:ListBucket"},
+        ("Allow", (b,), ("arn:aws:s3:::cache",), json.dumps({"StringLike": {"s3:prefix": [
+            "Qwen/Qwen3-8B@*", "Qwen_Qwen3-8B@*", f"{lease_b}*"]}})): {"s3:ListBucket"},
         ("Allow", (a, b), (f"arn:aws:s3:::cache/{PROBE_PREFIX}*",), "null"):
             {"s3:DeleteObject", "s3:GetObject", "s3:PutObject"},
     }
