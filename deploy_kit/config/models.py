@@ -293,8 +293,9 @@ class HostConfig(BaseModel):
     # autoscale_mode off either way. Recorded (config-key deploykit/noautoscale): `down`, or
     # a run with this false, clears the flag only when deploykit set it
     ceph_rgw_pools_noautoscale: bool = False
-    # RGW user that owns the cache bucket (its keys stay on the admin host); the serving
-    # hosts get the user `<ceph_rgw_s3_user>-serving`, limited by the bucket policy
+    # RGW user that owns the cache bucket (its keys stay on the admin host); each model's
+    # serving hosts get the user `<ceph_rgw_s3_user>-serving-<model>`, limited by the bucket
+    # policy to that model's keys (docs/storage.md); at most 47 characters
     ceph_rgw_s3_user: str = "lmcache"
     ceph_rgw_s3_display_name: str = "LMCache KV cache"
     ceph_rgw_s3_lifecycle_days: int = Field(default=7, ge=0, le=36500)
@@ -510,7 +511,8 @@ class HostConfig(BaseModel):
     vllm_accelerator_model: AcceleratorModelName | None = None
     # measured prefill TFLOPS per device (bench/gpu-prefill.py); replaces peak x efficiency
     vllm_prefill_tflops: float | None = Field(default=None, gt=0, le=100_000)
-    # HF model id or an absolute controller path (staged to vllm_models_dir); same string fleet-wide
+    # HF model id or an absolute controller path (staged to vllm_models_dir); one string on
+    # every host of a model (a site may serve several, each with its own S3 identity)
     vllm_model: str = "Qwen/Qwen3-32B"
     vllm_model_config: str | None = None  # local HF config.json for geometry
     # where a local model directory (vllm_model: /path on the controller) is staged on hosts

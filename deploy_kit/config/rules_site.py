@@ -11,7 +11,7 @@ from deploy_kit.config.models import HostConfig
 from deploy_kit.config.rulebook import agree as _agree
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
-from deploy_kit.config.site import PER_HOST_SETTINGS, Site, comparable
+from deploy_kit.config.site import PER_HOST_SETTINGS, Host, Site, comparable
 from deploy_kit.core import compat
 from deploy_kit.core.errors import Problem
 
@@ -92,12 +92,22 @@ def gateways_agree(site: Site) -> Iterator[Problem]:
 
 @rule
 def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
-    """Hosts that share the bucket share keys only with one seed, model, TP, dtype and chunk."""
+    """Hosts of one model share keys only with one seed, model, TP, dtype and chunk. Hosts
+    of different models share none: LMCache's keys start with the model (vLLM's --model),
+    and each model's S3 identity may touch its own prefix only (config/s3_identities.py)."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
             "lmcache_mode", "lmcache_topology", *IDENTITY_KEYS)
-    hosts = site.group("vllm")
-    yield from _agree(site, hosts, keys, "every vllm host")
+    by_model: dict[str, list[Host]] = {}
+    for host in site.group("vllm"):
+        by_model.setdefault(host.config.model_path_on_host, []).append(host)
+    for hosts in by_model.values():
+        yield from _sharing_one_model(site, hosts, keys)
+
+
+def _sharing_one_model(site: Site, hosts: list[Host], keys: tuple[str, ...]
+                       ) -> Iterator[Problem]:
+    yield from _agree(site, hosts, keys, "every vllm host of a model")
     # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
     # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
     # LMCache series may change either (deploy_kit/cache/keys.py)

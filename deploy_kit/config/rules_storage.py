@@ -104,3 +104,44 @@ def concentrator_choice_valid(site: Site) -> Iterator[Problem]:
                           "cephadm with ceph_rgw_mode: packages",
                           "use ceph_rgw_concentrator: deploykit")
 
+
+
+@rule
+def model_identities_apart(site: Site) -> Iterator[Problem]:
+    """Each model's S3 identity is scoped to the keys its LMCache writes (config/
+    s3_identities.py): no two models may share or nest those prefixes, no prefix may hold a
+    character a bucket policy reads as a pattern, and none may fall under deploykit's own."""
+    from deploy_kit.config import s3_identities as ids
+
+    hosts = {h.name: h for h in ids.serving_hosts(site)}
+    seen: set[tuple[str, str]] = set()
+    for a, pa, b, pb in ids.overlaps(site):
+        if (b.uid, a.uid) in seen:
+            continue
+        seen.add((a.uid, b.uid))
+        ha, hb = hosts[a.hosts[0]], hosts[b.hosts[0]]
+        same = "the same key prefix" if pa == pb else f"a prefix of {hb.name}'s ({pb!r})"
+        yield Problem(_src(site, ha, "vllm_model"), "vllm_model",
+                      f"{ha.name}'s model {a.model!r} writes LMCache keys under {pa!r}, "
+                      f"{same} (model {b.model!r}, {_src(site, hb, 'vllm_model')}): one "
+                      "model's S3 identity could write the other's chunks",
+                      "serve one of them under a name that does not extend the other's "
+                      "(a local model directory of another name)", (ha.name, hb.name))
+    for identity in ids.identities(site):
+        host = hosts[identity.hosts[0]]
+        for prefix in identity.prefixes:
+            special = sorted(set(prefix) & ids.POLICY_SPECIAL)
+            if special or prefix.startswith(ids.RESERVED_PREFIXES):
+                what = f"holds {' '.join(special)}, which a bucket policy reads as a " \
+                    "pattern" if special else "falls under deploykit's own objects"
+                yield Problem(_src(site, host, "vllm_model"), "vllm_model",
+                              f"LMCache's keys for {identity.model!r} start {prefix!r}, "
+                              f"which {what}", "rename the model directory",
+                              identity.hosts)
+        room = ids.MAX_UID - len(ids.SERVING_INFIX) - ids.DIGEST_CHARS
+        if len(identity.uid) > ids.MAX_UID:
+            yield Problem(site.settings_source("ceph_rgw_s3_user"), "ceph_rgw_s3_user",
+                          f"{site.settings.ceph_rgw_s3_user!r} leaves no room for the "
+                          f"serving identities' names ({identity.uid!r} is longer than "
+                          f"{ids.MAX_UID})", f"use at most {room} characters")
+            break

@@ -261,8 +261,28 @@ def alert_values(site: Site) -> dict[str, str]:
         "shm_free_ratio": free, "shm_free_percent": f"{free:.0%}", "shm_size": shm_size,
         "shm_avail_short": int(shm_size * free / 2),
         "shm_avail_ample": int(shm_size * (1 + free) / 2),
+        **_quota_values(site),
     }
     return {name: str(value) for name, value in values.items()}
+
+
+# the share of the bucket's quota at which the quota alert fires: room for a day or more of
+# stores at LMCache's rate, well before every store fails
+QUOTA_WARN_RATIO = 0.8
+
+
+def _quota_values(site: Site) -> dict[str, object]:
+    """The quota alert's values: the RGW data pool, the quota and its warning line, and the
+    test inputs (stored bytes just above the line, and half of it)."""
+    from deploy_kit.render.s3_access import quota_bytes
+
+    quota = quota_bytes(site)
+    warn = int(quota * QUOTA_WARN_RATIO)
+    pools = [p.name for p in site.settings.ceph_rgw_pools_list if p.name.endswith(".data")]
+    return {"data_pool": pools[0] if pools else "default.rgw.buckets.data",
+            "quota_bytes": quota, "quota_warn_bytes": warn,
+            "quota_warn_percent": f"{QUOTA_WARN_RATIO:.0%}",
+            "quota_stored_high": warn + max(1, quota // 100), "quota_stored_low": warn // 2}
 
 
 def alert_switches(site: Site) -> dict[str, bool]:
@@ -273,7 +293,15 @@ def alert_switches(site: Site) -> dict[str, bool]:
         "gateways": gateway_count(site) > 0,
         # the Ceph rules read the mgr's exporter, scraped only when it is on
         "ceph_mgr": bool(scrape_targets(site).groups.get(CEPH)),
+        # a quota to fill (0: none) and the pool usage to watch it with
+        "bucket_quota": bool(scrape_targets(site).groups.get(CEPH)) and _has_quota(site),
     }
+
+
+def _has_quota(site: Site) -> bool:
+    from deploy_kit.render.s3_access import quota_bytes
+
+    return quota_bytes(site) > 0
 
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+)\}")  # not `$labels`: that one is Prometheus's

@@ -13,8 +13,10 @@ ways:
 - `restart` (deploykit-lmcache-restart.timer, after each RGW lifecycle window): restarts the
   host whole, so no process trusts an object lifecycle expiry deleted.
 
-Either way, one host of the site at a time: the script holds a lease in the cache bucket,
-numbered objects `deploykit-lease/serving-restart.<n>`, each created with an S3 conditional
+Either way, one host of each model at a time: the script holds its model's lease in the cache
+bucket, numbered objects `deploykit-lease/<model's identity>/serving-restart.<n>` (each
+model's identity may write only its own: render/s3_access.py, so no host can hold another
+model's hosts back), each created with an S3 conditional
 write (If-None-Match: *: RGW creates the RADOS object exclusively, so a second create of the
 same key gets 412), with the host's own serving identity. The newest one is the lease: a host
 takes it by creating the next number while the newest is free or expired, and frees it by
@@ -32,7 +34,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from deploy_kit.agents import lmcache_heal
-from deploy_kit.config import names
+from deploy_kit.config import names, s3_identities
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import S3_LOG_PATTERNS
 from deploy_kit.render import lmcache_server, monitoring, vllm
@@ -48,12 +50,20 @@ UNITS = (HEAL_UNIT, HEAL_TIMER, RESTART_UNIT, RESTART_TIMER)
 STATE = "/var/lib/deploykit/lmcache-heal.json"
 # the journal's SYSLOG_IDENTIFIER of every record (journalctl -t deploykit-heal)
 IDENTIFIER = "deploykit-heal"
-# the lease object in the cache bucket; no LMCache key starts with it (cache/keys.py)
-LEASE_KEY = f"{names.LEASE_PREFIX}serving-restart"
+# the lease object in the cache bucket, under its model's prefix (lease_key); no LMCache key
+# starts with it (cache/keys.py)
+LEASE_NAME = "serving-restart"
 HEAL_INTERVAL_S = 30
 # RGW processes lifecycle in rgw_lifecycle_work_time, 00:00-06:00 by default (deploykit
 # leaves it alone): the restart follows its end
 DEFAULT_CALENDAR = "*-*-* 06:00:00"
+
+
+def lease_key(host: Host) -> str:
+    """The lease of this host's model: one host of each model restarts at a time."""
+    c = host.config
+    slug = s3_identities.serving_slug(c.ceph_rgw_s3_user, s3_identities.model_key(c))
+    return s3_identities.lease_prefix(slug) + LEASE_NAME
 
 
 def applies(host: Host) -> bool:
@@ -111,7 +121,7 @@ def agent_config(host: Host) -> dict[str, Any]:
         "outage_wait": 600,
         "lease_ttl": lease_ttl(host),
         "bucket": c.deploykit_s3_bucket,
-        "lease_key": LEASE_KEY,
+        "lease_key": lease_key(host),
         "profile": names.aws_profile(c),
         "aws_config": names.aws_config_path(c),
         "aws_credentials": names.credentials_path(c),

@@ -59,10 +59,13 @@ class SNIConnection(http.client.HTTPSConnection):
 
 def request(address: str, port: int, method: str, path: str, host: str, region: str,
             creds: Credentials | None, body: bytes = b"", query: str = "",
-            timeout: float = 120.0, tls: ssl.SSLContext | None = None) -> tuple[int, bytes]:
-    """One S3 request; `tls`: over HTTPS with SNI = the Host header (deploykit_s3_tls)."""
+            timeout: float = 120.0, tls: ssl.SSLContext | None = None,
+            unsigned: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """One S3 request; `tls`: over HTTPS with SNI = the Host header (deploykit_s3_tls);
+    `unsigned`: headers sent outside the signature (SigV4 needs only `host` signed)."""
     headers = signed_headers(method, path, host, region, creds, query=query) if creds else \
         {"host": host}
+    headers |= unsigned or {}
     conn = SNIConnection(address, port, host, tls, timeout) if tls is not None else \
         http.client.HTTPConnection(address, port, timeout=timeout)
     try:

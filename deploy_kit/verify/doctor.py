@@ -10,6 +10,10 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
      "the S3 keys are wrong: RGW user keys, not the Ceph admin key; or the serving "
      "identity lacks the bucket policy's grants (rerun `deploykit up`)",
      ("s3-credentials-valid", "lmcache-s3-settings", "s3-serving-least-privilege")),
+    (r"quota|quotaexceeded|bucket.*full",
+     "the cache bucket is at (or near) its quota: every model's stores fail until lifecycle "
+     "expiry; `deploykit cache stats` shows which model's bytes are far above its plan",
+     ("s3-roundtrip", "s3-serving-model-isolation")),
     (r"local proxy failed|connection refused|socket|unreachable|timed? ?out|dns",
      "the endpoint is unreachable: concentrator down, too few DNS records, or resolver",
      ("s3-concentrator-reachable", "dns-answer-count", "dns-client-resolution",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import ssl
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import endpoints, instance_count
 from deploy_kit.config.models import HostConfig
+from deploy_kit.config.s3_identities import identities, layout_prefix
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.plan.plan import Plan, build_plan
@@ -20,6 +23,7 @@ from deploy_kit.transport.hosts import run_many
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import (
     ConsulView,
+    IsolationProbe,
     Observation,
     S3Probe,
     ServingPlan,
@@ -239,11 +243,13 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
     if not healthy:
         return []
     jobs = []
+    prefixes = {h.name: layout_prefix(h.config) or "" for h in site.group("vllm")}
     for i, host in enumerate(h for h in obs.serving if h.credentials):
         assert host.credentials is not None
         creds = Credentials(host.credentials["access_key"], host.credentials["secret_key"])
         jobs.append((creds, pool.submit(s3_probe.auth, healthy[i % len(healthy)], port,
-                                        host_header, region, creds, host.name, context)))
+                                        host_header, region, creds, host.name, context,
+                                        prefixes.get(host.name, ""))))
     results = [j.result() for _, j in jobs]
     good = next((c for (c, _), r in zip(jobs, results, strict=True)
                  if r.auth_status == 200), None)
@@ -257,7 +263,10 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
         return results
     source = next(r.credentials_from for r in results if r.auth_status == 200)
     obs.privilege = privilege_probe.probe(healthy[0], port, host_header, region, good, source,
-                                          context)
+                                          context, prefixes.get(source, ""))
+    signed = {r.credentials_from: c for (c, _), r in zip(jobs, results, strict=False)
+              if r.auth_status == 200}
+    obs.isolation = _isolation(site, signed, (healthy[0], port, host_header, region), context)
     trips = [pool.submit(s3_probe.roundtrip,
                          S3Probe(address=a, host_header=host_header,
                                  credentials_from="round trip", purpose="roundtrip"),
@@ -266,6 +275,32 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
                          port, region, good, size, i == 0 and obs.lifecycle is None, context)
              for i, a in enumerate(healthy)]
     return results + [t.result() for t in trips]
+
+
+def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int, str, str],
+               context: ssl.SSLContext | None) -> list[IsolationProbe]:
+    """Each model's identity (the keys of its first host that signed) against every other
+    model's keys: the first key that model stored (listed with its own keys), else a
+    made-up one under its prefix."""
+    found = []
+    for model in identities(site):
+        host = next((h for h in model.hosts if h in signed), None)
+        if host is None:
+            continue
+        for other in identities(site):
+            their = next((h for h in other.hosts if h in signed), None)
+            if other.uid == model.uid:
+                continue
+            for prefix in other.prefixes:
+                try:
+                    target = privilege_probe.first_key(*where, signed[their], prefix, context) \
+                        if their else None
+                except (OSError, ET.ParseError):
+                    target = None
+                found.append(privilege_probe.isolation(
+                    *where, IsolationProbe(model.uid, host, model.prefixes[0], other.uid,
+                                           prefix), signed[host], target, context))
+    return found
 
 
 def storage_measurement(path: Path, site_name: str) -> StorageMeasurement | None:

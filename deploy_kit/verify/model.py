@@ -90,10 +90,27 @@ class PrivilegeProbe:
     credentials_from: str
     put: int | None = None  # PUT of a probe object
     get: int | None = None  # GET of it
-    head_missing: int | None = None  # HEAD of a key that does not exist: 404 (not 403)
+    head_missing: int | None = None  # HEAD of a missing key of its own model: 403
     # bucket-level changes and a chunk delete -> HTTP status (403: refused)
     refused: dict[str, int | None] = field(default_factory=dict)
     cleanup: int | None = None  # DELETE of the probe object (its prefix is allowed)
+    error: str | None = None
+
+
+@dataclass
+class IsolationProbe:
+    """One model's identity against another model's keys (probes/privilege_probe.py)."""
+
+    identity: str  # the uid whose keys signed (the host's model's)
+    credentials_from: str  # the serving host those keys came from
+    own_prefix: str
+    other: str  # the other model's uid
+    other_prefix: str
+    target: str = ""  # the other model's key tried: a stored chunk when one was listed
+    own_list: int | None = None  # a listing of its own prefix: 200
+    # GET, HEAD, PUT (harmless: an invalid Content-MD5) and LIST on the other model's keys
+    # -> HTTP status (403: refused)
+    refused: dict[str, int | None] = field(default_factory=dict)
     error: str | None = None
 
 
@@ -324,6 +341,8 @@ class Observation:
     concentrators: list[Concentrator] = field(default_factory=list)
     s3: list[S3Probe] = field(default_factory=list)
     privilege: PrivilegeProbe | None = None  # the serving identity's rights on the bucket
+    # each model's identity against every other model's keys (one host's keys per model)
+    isolation: list[IsolationProbe] = field(default_factory=list)
     # the bucket's lifecycle rules as the admin host reads them (owner rights stay there)
     lifecycle: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None

@@ -16,6 +16,7 @@ from deploy_kit.verify.model import (
     CHECKS,
     Concentrator,
     DnsAnswer,
+    IsolationProbe,
     Observation,
     PrivilegeProbe,
     S3LogEvent,
@@ -108,9 +109,13 @@ def healthy() -> Observation:
                                   "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}],
                       anonymous_bucket="lmcache", credentials_from="round trip")]
     obs.privilege = PrivilegeProbe(
-        address=RGW[0], credentials_from="gpu1", put=200, get=200, head_missing=404,
+        address=RGW[0], credentials_from="gpu1", put=200, get=200, head_missing=403,
         refused={"PutBucketPolicy": 403, "PutBucketLifecycle": 403, "DeleteBucket": 403,
                  "DeleteObject (a chunk)": 403}, cleanup=204)
+    obs.isolation = [IsolationProbe(
+        "lmcache-serving-a", "gpu1", "A@", "lmcache-serving-b", "B@", target="B@1@0@1be8@half",
+        own_list=200, refused={op: 403 for op in ("GET", "HEAD", "HEAD (a missing key)", "PUT",
+                                                   "LIST", "LIST (no prefix)")})]
     obs.pools = [{"pool_name": "p.data", "pg_num": 32, "size": 1, "min_size": 1,
                   "application_metadata": {"rgw": {}}}]
     obs.rgw_daemons = 4
@@ -291,6 +296,13 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     ("s3-serving-least-privilege",
      lambda o: o.privilege.refused.update(PutBucketPolicy=400) if o.privilege else None,
      f"gpu1 → {RGW[0]}", "PutBucketPolicy HTTP 400"),
+    ("s3-serving-model-isolation", lambda o: o.isolation[0].refused.update(PUT=400),
+     "lmcache-serving-a (gpu1) → lmcache-serving-b", "PUT HTTP 400"),
+    ("s3-serving-model-isolation", lambda o: o.isolation[0].refused.update(
+        {"HEAD (a missing key)": 404}), "lmcache-serving-a (gpu1) → lmcache-serving-b",
+     "HEAD (a missing key) HTTP 404"),
+    ("s3-serving-model-isolation", lambda o: setattr(o.isolation[0], "own_list", 403),
+     "lmcache-serving-a (gpu1) → lmcache-serving-b", "cannot list its own model's keys"),
     ("ceph-pools", lambda o: o.pools[0].update(size=3) if o.pools else None, "p.data",
      "size 3 (planned 1)"),
     ("ceph-rgw-daemons", lambda o: setattr(o, "rgw_daemons", 3), "rgw", "3 of 4"),

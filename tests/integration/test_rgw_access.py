@@ -1,7 +1,8 @@
 """The cache bucket's identities on a real Ceph + radosgw on loopback (test_rgw_loopback's
-cluster fixture): the modules the ceph_rgw_s3 role runs create a marked owner and serving
-user, the bucket with its tag, lifecycle, policy and quota; the serving identity then gets
-and puts objects and is refused every bucket-level change; what deploykit did not create
+cluster fixture): the modules the ceph_rgw_s3 role runs create a marked owner and two
+models' serving users, the bucket with its tag, lifecycle, policy and quota; each model's
+identity then gets, puts and lists its own model's keys, is refused every one of the other
+model's (read, write, list) and every bucket-level change; what deploykit did not create
 is neither adopted nor deleted; a second run and check mode change nothing.
 
 Run only inside both locks (the lab's Ceph and the other integration daemons), as
@@ -18,12 +19,13 @@ from typing import Any
 
 import pytest
 
-from deploy_kit.config.models import HostConfig
+from deploy_kit.config.s3_identities import Identity, legacy_uid, serving_uid
 from deploy_kit.render.s3_access import bucket_policy
 from deploy_kit.transport.sigv4 import Credentials, request
-from deploy_kit.verify.checks.s3_privilege import CHECK
-from deploy_kit.verify.model import CHECKS, Observation, Status
+from deploy_kit.verify.checks.s3_privilege import CHECK, ISOLATION
+from deploy_kit.verify.model import CHECKS, IsolationProbe, Observation, Status
 from deploy_kit.verify.probes import privilege_probe
+from deploy_kit.verify.probes.s3_probe import listing
 from tests.integration.test_rgw_loopback import (  # noqa: F401  (the cluster fixture)
     ADDRESS,
     BUCKET,
@@ -35,7 +37,19 @@ from tests.integration.test_rgw_loopback import (  # noqa: F401  (the cluster fi
 from tests.tools import ansible_module
 
 OWNER, CACHE, MARK = "dk-owner", "dk-cache", "deploykit-site=loop"
-SERVING = f"{OWNER}-serving"
+# two models in two layouts: the in-process connector's (`/` as `_`) and the server's (as is)
+MODEL_A, MODEL_B = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
+
+
+def _identity(model: str, prefix: str, host: str) -> Identity:
+    uid = serving_uid(OWNER, model)
+    return Identity(uid, model, uid.removeprefix(f"{OWNER}-serving-"), (prefix,), (host,))
+
+
+A = _identity(MODEL_A, "Qwen_Qwen3-8B@", "gpu1")
+B = _identity(MODEL_B, "meta-llama/Llama-3.1-8B@", "gpu2")
+CHUNK_A = "Qwen_Qwen3-8B@1@0@1be814944da4012e@bfloat16"
+CHUNK_B = "meta-llama/Llama-3.1-8B@01000100@0@6c0ffee0ddba11"
 LIFECYCLE = {"Rules": [{"ID": "deploykit-expire-kv", "Status": "Enabled",
                         "Filter": {"Prefix": ""}, "Expiration": {"Days": 1},
                         "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1}}]}
@@ -63,10 +77,10 @@ def owner_args(conf: Path, uid: str, **more: Any) -> dict[str, Any]:
 
 
 def bucket_args(keys: dict[str, str], **more: Any) -> dict[str, Any]:
-    config = HostConfig(ceph_rgw_s3_user=OWNER, deploykit_s3_bucket=CACHE)
     return {"endpoint": f"http://{ADDRESS}:{PORT}", "access_key": "{{ k_access }}",
             "secret_key": "{{ k_secret }}", "bucket": CACHE, "lifecycle": LIFECYCLE,
-            "policy": bucket_policy(config), "tags": {"deploykit-site": "loop"}, **more}
+            "policy": bucket_policy(CACHE, [A, B], legacy_uid(OWNER)),
+            "tags": {"deploykit-site": "loop"}, **more}
 
 
 def secrets(keys: dict[str, str]) -> dict[str, str]:
@@ -87,8 +101,11 @@ def identities(loopback: Loopback, tmp_path_factory: pytest.TempPathFactory  # n
     assert info is not None and info["display_name"] == f"deploykit test [{MARK}]"
     again = ansible_module("deploykit_rgw_user", owner_args(conf, OWNER))
     assert (again["changed"], again["marked"], again["keys"]) == (False, True, owner["keys"])
-    serving = ansible_module("deploykit_rgw_user", owner_args(conf, SERVING, max_buckets=-1))
-    assert serving["changed"] is True and user(conf, SERVING)["max_buckets"] == -1  # type: ignore[index]
+    serving = {i.uid: ansible_module("deploykit_rgw_user", owner_args(conf, i.uid,
+                                                                      max_buckets=-1))
+               for i in (A, B, Identity(legacy_uid(OWNER), "", "", (), ()))}
+    assert all(r["changed"] for r in serving.values())
+    assert user(conf, A.uid)["max_buckets"] == -1  # type: ignore[index]
     keys = owner["keys"]
     first = ansible_module("deploykit_s3_bucket", bucket_args(keys), secrets=secrets(keys),
                            tmp=tmp)
@@ -105,19 +122,22 @@ def identities(loopback: Loopback, tmp_path_factory: pytest.TempPathFactory  # n
     assert not ansible_module("deploykit_s3_bucket", bucket_args(keys), secrets=secrets(keys),
                               tmp=tmp)["changed"]
     return {"owner": Credentials(keys["access_key"], keys["secret_key"]),
-            "serving": Credentials(serving["keys"]["access_key"],
-                                   serving["keys"]["secret_key"])}
+            **{name: Credentials(serving[uid]["keys"]["access_key"],
+                                 serving[uid]["keys"]["secret_key"])
+               for name, uid in (("a", A.uid), ("b", B.uid), ("legacy", legacy_uid(OWNER)))}}
 
 
 def test_serving_identity_reads_and_writes_objects(identities: dict[str, Credentials]) -> None:
-    creds = identities["serving"]
-    key = "/Qwen_Qwen3-8B@1@0@1be814944da4012e@bfloat16"
+    creds = identities["a"]
+    key = f"/{CHUNK_A}"
     assert s3(creds, "PUT", key, body=b"kv" * 4096)[0] == 200
     assert s3(creds, "HEAD", key)[0] == 200
     status, body = s3(creds, "GET", key)
     assert (status, body) == (200, b"kv" * 4096)
-    # a lookup miss is 404, not 403 (s3:ListBucket granted)
-    assert s3(creds, "HEAD", "/Qwen_Qwen3-8B@1@0@0000000000000000@bfloat16")[0] == 404
+    # a lookup miss is a 403: no s3:ListBucket outside listings of its own prefix, so that
+    # no identity learns from a 404 which keys another model holds (render/s3_access.py)
+    assert s3(creds, "HEAD", "/Qwen_Qwen3-8B@1@0@0000000000000000@bfloat16")[0] == 403
+    assert s3(creds, "HEAD", "/")[0] == 403  # HEAD of the bucket: a listing right too
     # LMCache's managed upload: initiate, then abort (its failure path)
     status, body = s3(creds, "POST", key, query="uploads=")
     assert status == 200, body
@@ -126,13 +146,74 @@ def test_serving_identity_reads_and_writes_objects(identities: dict[str, Credent
     # but never delete a chunk, and own no bucket of its own
     assert s3(creds, "DELETE", key)[0] == 403
     assert s3(creds, "PUT", "/", bucket="dk-serving-own")[0] != 200
+    # its own listing and lease; the server layout (a `/` in the key) for the other model
+    assert s3(creds, "GET", "/", query=listing(A.prefixes[0]))[0] == 200
+    assert s3(creds, "PUT", f"/deploykit-lease/{A.slug}/serving-restart.000000000001",
+              body=b"{}")[0] == 200
+    assert s3(identities["b"], "PUT", f"/{CHUNK_B}", body=b"vk" * 4096)[0] == 200
+
+
+def test_a_models_identity_is_refused_on_another_models_keys(
+        identities: dict[str, Credentials]) -> None:
+    """A's keys (a host of model A, compromised) against B's chunk: no read, no overwrite,
+    no listing, no lease; and the site-wide identity of old releases has no right left."""
+    a, b = identities["a"], identities["b"]
+    assert s3(b, "PUT", f"/{CHUNK_B}", body=b"vk" * 4096)[0] == 200
+    for creds, key in ((a, CHUNK_B), (b, CHUNK_A), (identities["legacy"], CHUNK_A)):
+        assert s3(creds, "GET", f"/{key}")[0] == 403
+        assert s3(creds, "HEAD", f"/{key}")[0] == 403
+        assert s3(creds, "PUT", f"/{key}", body=b"poison")[0] == 403
+        assert s3(creds, "POST", f"/{key}", query="uploads=")[0] == 403
+    # a miss in another model's prefix is a 403 too: no oracle of which keys it holds
+    assert s3(a, "HEAD", "/meta-llama/Llama-3.1-8B@01000100@0@00")[0] == 403
+    for prefix in (B.prefixes[0], "", "meta", "Qwen_Qwen3-8B"):  # "Qwen_Qwen3-8B": not A's
+        assert s3(a, "GET", "/", query=listing(prefix))[0] == 403, prefix
+    assert s3(a, "PUT", f"/deploykit-lease/{B.slug}/serving-restart.000000000001",
+              body=b"{}")[0] == 403
+    assert s3(identities["legacy"], "GET", "/", query=listing(""))[0] == 403
+    status, body = s3(b, "GET", f"/{CHUNK_B}")
+    assert (status, body) == (200, b"vk" * 4096)  # B's chunk as B wrote it
+
+
+def test_verify_proves_the_isolation_and_fails_without_it(
+        identities: dict[str, Credentials]) -> None:
+    """verify's probe: A's keys against B's stored chunk, and an allowed write is harmless
+    (the owner's keys, which may write anywhere: RGW answers the invalid Content-MD5 400 and
+    stores nothing)."""
+    host = f"{CACHE}.{FQDN}"
+    target = privilege_probe.first_key(ADDRESS, PORT, host, "default", identities["b"],
+                                       B.prefixes[0])
+    assert target == CHUNK_B
+    found = privilege_probe.isolation(
+        ADDRESS, PORT, host, "default",
+        IsolationProbe(A.uid, "gpu1", A.prefixes[0], B.uid, B.prefixes[0]),
+        identities["a"], target)
+    assert found.own_list == 200 and found.error is None, found
+    assert found.refused == {"GET": 403, "HEAD": 403, "HEAD (a missing key)": 403,
+                             "PUT": 403, "LIST": 403, "LIST (no prefix)": 403}, found
+    obs = Observation(fqdn=FQDN, bucket=CACHE, region="default", rgw_addresses=[ADDRESS],
+                      dns_servers=[], expected_pools=[], expected_rgw_daemons=1,
+                      expected_lifecycle=LIFECYCLE, pinned={}, isolation=[found])
+    assert [f.status for f in CHECKS[ISOLATION].evaluate(obs)] == [Status.PASS]
+    before = s3(identities["b"], "GET", f"/{CHUNK_B}")
+    allowed = privilege_probe.isolation(
+        ADDRESS, PORT, host, "default",
+        IsolationProbe(OWNER, "adm1", A.prefixes[0], B.uid, B.prefixes[0]),
+        identities["owner"], target)
+    # past the permission check: the listing answers, the PUT stops at the digest (the owner
+    # may not read B's object: B uploaded it, so B owns it)
+    assert (allowed.refused["PUT"], allowed.refused["LIST"]) == (400, 200), allowed
+    assert s3(identities["b"], "GET", f"/{CHUNK_B}") == before  # nothing written
+    obs.isolation = [allowed]
+    failed = [f for f in CHECKS[ISOLATION].evaluate(obs) if f.status == Status.FAIL]
+    assert failed and "PUT HTTP 400" in failed[0].message, failed
 
 
 def test_serving_identity_is_refused_every_bucket_change(
         loopback: Loopback, identities: dict[str, Credentials]) -> None:  # noqa: F811
     found = privilege_probe.probe(ADDRESS, PORT, f"{CACHE}.{FQDN}", "default",
-                                  identities["serving"], "gpu1")
-    assert (found.put, found.get, found.head_missing, found.cleanup) == (200, 200, 404, 204)
+                                  identities["a"], "gpu1", own_prefix=A.prefixes[0])
+    assert (found.put, found.get, found.head_missing, found.cleanup) == (200, 200, 403, 204)
     assert found.refused == {"PutBucketPolicy": 403, "PutBucketLifecycle": 403,
                              "DeleteBucket": 403, "DeleteObject (a chunk)": 403}, found
     obs = Observation(fqdn=FQDN, bucket=CACHE, region="default", rgw_addresses=[ADDRESS],
@@ -159,8 +240,9 @@ def test_the_probe_is_harmless_with_keys_that_may_change_the_bucket(
     obs = Observation(fqdn=FQDN, bucket=CACHE, region="default", rgw_addresses=[ADDRESS],
                       dns_servers=[], expected_pools=[], expected_rgw_daemons=1,
                       expected_lifecycle=LIFECYCLE, pinned={}, privilege=found)
-    failed = [f for f in CHECKS[CHECK].evaluate(obs) if f.status == Status.FAIL]
-    assert failed and "PutBucketPolicy HTTP 400" in failed[0].message
+    failed = [f.message for f in CHECKS[CHECK].evaluate(obs) if f.status == Status.FAIL]
+    assert any("PutBucketPolicy HTTP 400" in m for m in failed), failed
+    assert any("answered 404, not 403" in m for m in failed), failed  # lists everything
 
 
 def test_quota_set_once_and_checked(loopback: Loopback,  # noqa: F811
@@ -180,7 +262,7 @@ def test_quota_set_once_and_checked(loopback: Loopback,  # noqa: F811
     assert quota["bucket_quota"]["max_size"] == 1 << 30
     # the bound holds: an object larger than a tiny quota is refused
     ansible_module("deploykit_rgw_bucket_quota", {**args, "max_size": 4096})
-    assert s3(identities["serving"], "PUT", "/too-big", body=b"x" * 65536)[0] == 403
+    assert s3(identities["a"], "PUT", f"/{A.prefixes[0]}too-big", body=b"x" * 65536)[0] == 403
     off = ansible_module("deploykit_rgw_bucket_quota", {**args, "max_size": 0})
     assert off["changed"] is True
     assert json.loads(admin(Path(conf), "bucket", "stats", "--bucket", CACHE).stdout)[
@@ -256,8 +338,9 @@ def test_a_rotated_key_is_valid_beside_the_old_until_the_old_is_pruned(
 def test_destroy_deletes_only_the_marked(loopback: Loopback,  # noqa: F811
                                          identities: dict[str, Credentials]) -> None:
     conf = loopback.conf
-    gone = ansible_module("deploykit_rgw_user", owner_args(conf, SERVING, state="absent"))
-    assert gone["changed"] is True and user(conf, SERVING) is None
+    for uid in (A.uid, B.uid, legacy_uid(OWNER)):
+        gone = ansible_module("deploykit_rgw_user", owner_args(conf, uid, state="absent"))
+        assert gone["changed"] is True and user(conf, uid) is None
     planned = ansible_module("deploykit_rgw_user", owner_args(
         conf, OWNER, state="absent", purge_buckets=[CACHE]), check=True)
     assert planned["changed"] is True and user(conf, OWNER) is not None
@@ -278,10 +361,15 @@ def role_play(tmp: Path, conf: Path, owner: str, bucket: str, *flags: str
 
     from tests.conftest import REPO
 
-    config = HostConfig(ceph_rgw_s3_user=owner, deploykit_s3_bucket=bucket)
+    ids = [Identity(serving_uid(owner, m), m, serving_uid(owner, m).removeprefix(
+        f"{owner}-serving-"), (m.replace("/", "_") + "@",), (h,))
+        for m, h in ((MODEL_A, "gpu1"), (MODEL_B, "gpu2"))]
     site = {"gateways": [ADDRESS], "lifecycle": LIFECYCLE,
-            "s3": {"owner": owner, "serving_user": f"{owner}-serving", "marker": MARK,
-                   "adopt_existing": False, "policy": bucket_policy(config),
+            "s3": {"owner": owner, "serving_users": [i.uid for i in ids],
+                   "serving_user_of": {i.hosts[0]: i.uid for i in ids},
+                   "legacy_serving_user": legacy_uid(owner), "marker": MARK,
+                   "adopt_existing": False,
+                   "policy": bucket_policy(bucket, ids, legacy_uid(owner)),
                    "quota_bytes": 1 << 30}}
     playbook = tmp / "play.yml"
     playbook.write_text(yaml.safe_dump([{
@@ -302,23 +390,36 @@ def role_play(tmp: Path, conf: Path, owner: str, bucket: str, *flags: str
 
 def test_the_role_converges_once_then_changes_nothing(loopback: Loopback,  # noqa: F811
                                                      tmp_path: Path) -> None:
+    """A site of an older release (one marked `dk-role-serving` for every model) converges to
+    one identity per model, and the old identity is deleted; a second run changes nothing."""
     conf = loopback.conf
+    models = [serving_uid("dk-role", m) for m in (MODEL_A, MODEL_B)]
+    old = ansible_module("deploykit_rgw_user", {**owner_args(conf, "dk-role-serving"),
+                                                "display_name": "role test (serving hosts)"})
+    assert old["changed"] is True
     planned_rc, planned = role_play(tmp_path, conf, "dk-role", "dk-role-cache", "--check")
     assert planned_rc == 0 and user(conf, "dk-role") is None, planned[-2000:]
+    assert user(conf, "dk-role-serving") is not None  # check mode removed nothing
     rc, first = role_play(tmp_path, conf, "dk-role", "dk-role-cache")
     assert rc == 0 and "changed=0" not in first, first[-3000:]
-    assert user(conf, "dk-role-serving") is not None
+    assert all(user(conf, uid) is not None for uid in models)
+    assert user(conf, "dk-role-serving") is None  # the site-wide identity is gone
     stats = json.loads(admin(conf, "bucket", "stats", "--bucket", "dk-role-cache").stdout)
     assert (stats["owner"], stats["bucket_quota"]["max_size"]) == ("dk-role", 1 << 30)
     for flags in ((), ("--check",)):
         rc, again = role_play(tmp_path, conf, "dk-role", "dk-role-cache", *flags)
         assert rc == 0 and "changed=0" in again, again[-3000:]
-    secrets_ = [k["secret_key"] for uid in ("dk-role", "dk-role-serving")
+    secrets_ = [k["secret_key"] for uid in ("dk-role", *models)
                 for k in (user(conf, uid) or {})["keys"]]
-    assert secrets_ and not any(s in first + again for s in secrets_)
+    assert len(secrets_) == 3 and not any(s in first + again for s in secrets_)
     # a hand-made user of the configured name: refused, the reason shown despite no_log
     assert admin(conf, "user", "create", "--uid", "dk-handmade", "--display-name",
                  "someone else").returncode == 0
     rc, refused = role_play(tmp_path, conf, "dk-handmade", "dk-handmade-cache")
     assert rc != 0 and "not adopted" in refused, refused[-3000:]
-    assert user(conf, "dk-handmade-serving") is None
+    assert user(conf, serving_uid("dk-handmade", MODEL_A)) is None
+    # a hand-made user of the old identity's name is kept (not deploykit's to delete)
+    assert admin(conf, "user", "create", "--uid", "dk-kept-serving", "--display-name",
+                 "someone else's").returncode == 0
+    rc, kept = role_play(tmp_path, conf, "dk-kept", "dk-kept-cache")
+    assert rc == 0 and user(conf, "dk-kept-serving") is not None, kept[-3000:]

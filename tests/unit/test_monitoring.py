@@ -21,7 +21,7 @@ from deploy_kit.render.files import render_site, write_tree
 from deploy_kit.verify import checks as _registered_checks  # noqa: F401  (fills CHECKS)
 from deploy_kit.verify.doctor import diagnose
 from deploy_kit.verify.model import CHECKS
-from tests.conftest import BASE_HOSTS, InventoryFactory
+from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
 from tests.tools import require_tool
 
 
@@ -221,18 +221,28 @@ def test_golden_cases_monitoring_differs_only_in_site_values(
     monkeypatch.setenv("DK_GOLDEN_ACCESS", "GOLDENACCESSKEY")
     monkeypatch.setenv("DK_GOLDEN_SECRET", "golden-secret-not-real")
     fqdn, gateways = GOLDEN_SITES[case]
-    rendered = render_site(open_site(str(GOLDEN / case / "inventory")))["_cluster"]
+    site = open_site(str(GOLDEN / case / "inventory"))
+    rendered = render_site(site)["_cluster"]
+    # the bucket quota alert's bytes: plan's for each case's models
+    theirs = monitoring.alert_values(site)
+    example_values = monitoring.alert_values(open_site(str(REPO / "inventory" / "example")))
+    quota = {f"{example_values[k]}{end}": f"{theirs[k]}{end}" for k, end in (
+        ("quota_warn_bytes", "\n"), ("quota_bytes", " B quota"))}
+    series = {f"values: {example_values[k]}x30": f"values: {theirs[k]}x30"
+              for k in ("quota_stored_high", "quota_stored_low")}
     ours = {  # the example's text -> this case's; replaced all at once, each must occur
         "dashboard.json": {"(s3.cephlab.com)": f"({fqdn})"},
         "rules.yml": {"s3.cephlab.com": fqdn, '"} < 4 or': f'"}} < {gateways} or',
                       "fewer than 4 addresses": f"fewer than {gateways} addresses",
-                      "concentrator (4)": f"concentrator ({gateways})"},
+                      "concentrator (4)": f"concentrator ({gateways})", **quota},
         "rules.test.yml": {"s3.cephlab.com": fqdn,
                            "fewer than 4 addresses": f"fewer than {gateways} addresses",
                            "concentrator (4)": f"concentrator ({gateways})",
                            # DeploykitDnsAnswersShort's firing and healthy probe series
                            "values: 3x10": f"values: {gateways - 1}x10",
-                           "values: 4x10": f"values: {gateways}x10"}}
+                           "values: 4x10": f"values: {gateways}x10",
+                           **{k: v for k, v in quota.items() if k.endswith("quota")},
+                           **series}}
     for name, table in ours.items():
         example = (GOLDEN / "example" / "expected" / "_cluster" / "monitoring" / name
                    ).read_text()

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import ssl
+import urllib.parse
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -44,12 +45,22 @@ def parse_lifecycle(body: bytes) -> list[dict[str, Any]]:
     return rules
 
 
+def listing(prefix: str) -> str:
+    """ListObjectsV2's query for one key under `prefix` (none: the whole bucket), sorted
+    and encoded as SigV4 signs it."""
+    params = {"list-type": "2", "max-keys": "1", **({"prefix": prefix} if prefix else {})}
+    return "&".join(f"{k}={urllib.parse.quote(v, safe='-_.~')}"
+                    for k, v in sorted(params.items()))
+
+
 def auth(address: str, port: int, host: str, region: str, creds: Credentials,
-         source: str, tls: ssl.SSLContext | None = None) -> S3Probe:
+         source: str, tls: ssl.SSLContext | None = None, prefix: str = "") -> S3Probe:
+    """A listing of one key under the host's model's `prefix`: each identity may list only
+    its own model's keys (render/s3_access.py), so this is what a good key answers 200."""
     result = S3Probe(address=address, host_header=host, credentials_from=source)
     try:
-        result.auth_status, _ = request(address, port, "HEAD", "/", host, region, creds,
-                                        timeout=15, tls=tls)
+        result.auth_status, _ = request(address, port, "GET", "/", host, region, creds,
+                                        query=listing(prefix), timeout=15, tls=tls)
     except OSError as exc:
         result.error = f"{type(exc).__name__}: {exc}"
     return result

@@ -60,7 +60,12 @@ def test_serving_hosts_hold_the_serving_identity_not_the_owners(converged: Lab) 
         assert info["display_name"].endswith("[deploykit-site=lab]"), info["display_name"]
         return str(info["keys"][0]["access_key"])
 
-    owner, serving = access_key("lmcache"), access_key("lmcache-serving")
+    from deploy_kit.config.s3_identities import serving_uid
+    from tests.lab.conftest import lab_model_on_host
+
+    # one identity per model: the lab serves one, so both hosts hold its keys
+    owner = access_key("lmcache")
+    serving = access_key(serving_uid("lmcache", lab_model_on_host()))
     for address in (LAB3, LAB4):
         profile = converged.ssh(address, f"cat {CFG}/aws/credentials")
         assert serving in profile and owner not in profile, address

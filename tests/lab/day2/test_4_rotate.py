@@ -22,9 +22,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from deploy_kit.config.s3_identities import serving_uid
 from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.transport.sigv4 import Credentials, request
-from tests.lab.conftest import CEPH_CONF, LAB_INVENTORY, VAULT_PASSWORD, Lab
+from deploy_kit.verify.probes.s3_probe import listing
+from tests.lab.conftest import CEPH_CONF, LAB_INVENTORY, VAULT_PASSWORD, Lab, lab_model_on_host
 from tests.lab.load import FreshPrompts
 from tests.lab.vllm_http import SERVING, api_key, complete, get
 
@@ -73,9 +75,9 @@ def rgw_user(uid: str) -> dict:
         check=True, capture_output=True, text=True).stdout)
 
 
-def s3_get(key: dict[str, str], path: str) -> tuple[int, bytes]:
+def s3_get(key: dict[str, str], path: str, query: str = "") -> tuple[int, bytes]:
     return request(GATEWAY, 80, "GET", path, BUCKET_HOST, "default",
-                   Credentials(key["access_key"], key["secret_key"]), timeout=30)
+                   Credentials(key["access_key"], key["secret_key"]), query=query, timeout=30)
 
 
 def models_status(address: str, key: str, port: int) -> int:
@@ -108,10 +110,13 @@ def under_load(action: Callable[[], object]) -> tuple[BalancedPrompts, float]:
 
 
 def test_rotating_the_s3_keys_under_load_fails_no_prompt(converged: Lab) -> None:
-    old_serving = current_key(rgw_user("lmcache-serving"), "lmcache-serving")
+    # the lab serves one model: its identity is the one every serving host holds
+    uid = serving_uid("lmcache", lab_model_on_host())
+    probe = listing(f"{lab_model_on_host()}@")  # a listing of its own model's keys
+    old_serving = current_key(rgw_user(uid), uid)
     old_owner = current_key(rgw_user("lmcache"), "lmcache")
     assert old_serving and old_owner
-    assert s3_get(old_serving, "/deploykit-rotate-probe")[0] == 404  # valid before
+    assert s3_get(old_serving, "/", probe)[0] == 200  # valid before
 
     load, seconds = under_load(
         lambda: converged.deploykit("secrets", "rotate", "--inventory", "lab", "s3", "--yes"))
@@ -120,17 +125,17 @@ def test_rotating_the_s3_keys_under_load_fails_no_prompt(converged: Lab) -> None
     assert not load.errors, load.errors[:5]
     assert load.sent >= 10
 
-    serving_user = rgw_user("lmcache-serving")
-    new = current_key(serving_user, "lmcache-serving")
+    serving_user = rgw_user(uid)
+    new = current_key(serving_user, uid)
     assert new and new["access_key"] != old_serving["access_key"]
     assert [k["access_key"] for k in serving_user["keys"]] == [new["access_key"]]
     new_owner = current_key(rgw_user("lmcache"), "lmcache")
     assert new_owner and new_owner["access_key"] != old_owner["access_key"]
     # RGW refuses the old keys, takes the new one
-    status, body = s3_get(old_serving, "/deploykit-rotate-probe")
+    status, body = s3_get(old_serving, "/", probe)
     assert status == 403 and b"InvalidAccessKeyId" in body, (status, body[:300])
     assert s3_get(old_owner, "/")[0] == 403
-    assert s3_get(new, "/deploykit-rotate-probe")[0] == 404
+    assert s3_get(new, "/", probe)[0] == 200
     for name, address in SERVING.items():
         profile = converged.ssh(address, f"cat {CREDENTIALS}")
         assert new["access_key"] in profile and old_serving["access_key"] not in profile, name
