@@ -67,7 +67,7 @@ def test_list_hosts_and_list_tasks_print_ansibles_listing_and_change_nothing(
     hosts = run_cli("up", "-i", str(first), "-i", str(more), "--list-hosts", "--limit", "vllm",
                     env={"DEPLOYKIT_RUNS_DIR": str(runs)}, cwd=tmp_path)
     assert hosts.returncode == 0, hosts.stderr
-    assert "play #13 (vllm:!deploykit_converged): Deploy the serving hosts" in hosts.stdout
+    assert "play #14 (vllm:!deploykit_converged): Deploy the serving hosts" in hosts.stdout
     listed = {ln.strip() for ln in hosts.stdout.splitlines()}
     assert {"gpu1", "gpu2", "gpu3"} <= listed and "rgw1" not in listed  # both -i, the limit
     # -K asks nothing for a listing (no terminal here: asking would be a usage error)

@@ -225,3 +225,32 @@ def test_a_rotation_finding_the_site_locked_writes_nothing_and_exits_7(
         release.set()  # type: ignore[attr-defined]
         proc.join(30)
     assert tree_digest(root) == before and not fake_runner
+
+
+def _plays(name: str) -> list[dict[str, Any]]:
+    from tests.conftest import REPO
+
+    return [p for p in yaml.safe_load((REPO / "playbooks" / name).read_text()) if "tasks" in p]
+
+
+def test_old_values_go_last_the_owner_key_too_and_consul_s_after_the_store() -> None:
+    """rotate s3: both old keys are deleted in the last play, after every serving host took
+    the new one (a cache or bench run under way keeps the owner's key meanwhile).
+    rotate_consul.yml: nothing is deleted in the roll run; the prune run deletes the values
+    handed over as <name>_retired, after the store took the new ones."""
+    s3 = _plays("rotate_s3.yml")
+    pruned = [[t["name"] for t in p["tasks"]
+               if (t.get("deploykit.kvcache.deploykit_rgw_key") or {}).get("state") == "pruned"]
+              for p in s3]
+    assert pruned[:-1] == [[]] * (len(s3) - 1)
+    assert pruned[-1] == ["Delete the serving identity's old key",
+                          "Delete the bucket owner's old key"]
+    consul = _plays("rotate_consul.yml")
+    phases = {p["name"]: ("prune" if "== 'prune'" in p["hosts"] else "roll") for p in consul}
+    deleting = [p for p in consul if any(
+        (t.get("deploykit.kvcache.deploykit_consul_token") or {}).get("state") == "absent"
+        or (t.get("deploykit.kvcache.deploykit_consul_keyring") or {}).get("state") == "pruned"
+        for t in p["tasks"])]
+    assert [phases[p["name"]] for p in deleting] == ["prune"]
+    text = json.dumps(deleting[0])
+    assert "_retired" in text and "_next" not in text

@@ -188,9 +188,13 @@ def test_a_lock_dir_that_cannot_be_made_exits_7_with_one_line(
     root.mkdir()
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    for where in (blocker, blocker / "locks", Path("/proc/deploykit-locks/x")):
+    odd = tmp_path / "a\udcff\x1b[2J-file"  # undecodable bytes and an escape in its name
+    odd.write_text("")
+    for where in (blocker, blocker / "locks", Path("/proc/deploykit-locks/x"), odd):
         monkeypatch.setenv(site_lock.LOCK_DIR_ENV, str(where))
-        assert "cannot use the lock directory" in _refused(root)
+        message = _refused(root)
+        assert "cannot use the lock directory" in message
+        message.encode("utf-8")  # printable: no lone surrogate reaches the terminal
     assert blocker.read_text() == ""
     monkeypatch.setenv(site_lock.LOCK_DIR_ENV, "relative/locks")
     assert "is a relative path" in _refused(root)
