@@ -32,7 +32,7 @@ LOOPBACK_SOURCES = ("127.0.0.1", "::1")
 # HAProxy's global connection limit for the front (about two descriptors each)
 MAXCONN = 4096
 # a completion may think for minutes before its first byte, and a stream stays open while
-# it generates: the front must not cut either (vllm_health_timeout's default is 30 min)
+# it generates: the front must not cut either (client, server and tunnel timeouts)
 TIMEOUT_S = 3600
 
 

@@ -8,9 +8,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from deploy_kit.config import names
 from deploy_kit.config.rules_ports import ports_in_use
@@ -20,6 +27,7 @@ from deploy_kit.render import serving_front
 from deploy_kit.render.files import render_site
 from deploy_kit.verify.probes.serving_probe import exec_argv
 from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+from tests.tools import require_tool
 from tests.unit.test_validation import problems
 
 PLUGINS = REPO / "plugins" / "filter"
@@ -131,3 +139,60 @@ def test_extra_args_cannot_put_vllm_back_on_every_address(
         make_inventory: InventoryFactory) -> None:
     found = problems(make_inventory, _hosts(), vllm={"vllm_extra_args": ["--host", "0.0.0.0"]})
     assert any(p.key == "vllm_extra_args" and "--host" in p.message for p in found), found
+
+
+def test_the_roles_front_tasks_write_the_digests_and_a_config_haproxy_accepts(
+        make_inventory: InventoryFactory, tmp_path: Path) -> None:
+    """roles/serving/tasks/front.yml's own file tasks, on localhost: the keys file holds
+    key_digest of each accepted key (both during a rotation), 0600; the rendered config
+    passes the task's `validate: haproxy -c` with it; check mode, one change, then none."""
+    require_tool("haproxy")
+    tasks = yaml.safe_load((REPO / "roles/serving/tasks/front.yml").read_text())
+    wanted = {"Write the digests of the API keys the front accepts on /metrics",
+              "Write the serving front's configuration"}
+    chosen = [t for t in tasks if t["name"] in wanted]
+    assert len(chosen) == 2
+    keys = tmp_path / "vllm-front.keys"
+    cfg = render_site(open_site(str(make_inventory(_hosts()))))["gpu1"][
+        names.VLLM_FRONT_CFG_PATH].content
+    rendered = tmp_path / "rendered.cfg"
+    rendered.write_text(cfg.replace(names.VLLM_FRONT_KEYS_PATH, str(keys)))
+    installed = tmp_path / "vllm-front.cfg"
+    for task in chosen:
+        copy_args = task["ansible.builtin.copy"]
+        for owner in ("owner", "group"):  # root's on a host
+            copy_args.pop(owner)
+        task.pop("notify")
+        if "src" in copy_args:
+            copy_args["src"], copy_args["dest"] = str(rendered), str(installed)
+    playbook = tmp_path / "play.yml"
+
+    def run(*flags: str, **extra: str) -> int:
+        playbook.write_text(yaml.safe_dump([{
+            "hosts": "localhost", "gather_facts": False,
+            "vars": {"vllm_api_key": "current-key", "_vllm_has_api_key": True,
+                     "_vllm_front_keys_path": str(keys), **extra},
+            "tasks": chosen}]))
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook),
+             "-i", "localhost,", "-c", "local",
+             "-e", f"ansible_python_interpreter={sys.executable}", *flags],
+            capture_output=True, text=True, timeout=300, cwd=REPO, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                 "ANSIBLE_LOCALHOST_WARNING": "false"})
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "current-key" not in done.stdout + done.stderr  # no_log
+        found = re.search(r"changed=(\d+)", done.stdout)
+        assert found
+        return int(found.group(1))
+
+    assert run("--check") == 2 and not keys.exists()
+    assert run() == 2
+    assert keys.read_text() == serving_front.key_digest("current-key") + "\n"
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o600
+    assert installed.read_text() == rendered.read_text()
+    assert (run(), run("--check")) == (0, 0)
+    # a rotation: both keys are accepted until it finishes
+    assert run(vllm_api_key_next="next-key") == 1
+    assert keys.read_text().splitlines() == [serving_front.key_digest("current-key"),
+                                             serving_front.key_digest("next-key")]
