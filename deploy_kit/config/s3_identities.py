@@ -78,7 +78,7 @@ def layout_prefixes(c: HostConfig) -> tuple[str, ...]:
         return (flat.replace("@", "_") + "_",)
     if c.lmcache_mode != "s3":
         return ()
-    return (model + "@", flat + "@") if c.lmcache_topology == "server" else (flat + "@",)
+    return (model + "@", flat + "@") if c.lmcache_server else (flat + "@",)
 
 
 def slug(model: str, room: int) -> str:
