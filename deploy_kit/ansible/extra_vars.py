@@ -8,6 +8,7 @@ source of truth (the inventory) and says where the value belongs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,9 @@ def unreadable_why(exc: Exception) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        return f"is not valid YAML{where}"
+        # the reader's words, without what they quote (a character, a tag, an alias)
+        problem = re.sub(r"'[^']*'|\"[^\"]*\"", "…", exc.problem or "").strip()
+        return f"is not valid YAML{where}" + (f": {problem}" if problem else "")
     if isinstance(exc, yaml.YAMLError):
         return "is not valid YAML"
     if isinstance(exc, UnicodeError):
