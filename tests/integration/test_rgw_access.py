@@ -175,6 +175,31 @@ def test_a_models_identity_is_refused_on_another_models_keys(
     assert (status, body) == (200, b"vk" * 4096)  # B's chunk as B wrote it
 
 
+def test_a_listing_right_beyond_the_prefix_would_be_an_oracle(
+        identities: dict[str, Credentials]) -> None:
+    """Why a miss is 403 (render/s3_access.py): with s3:ListBucket granted outside listings
+    (what a 404 for a miss needs), RGW answers A's HEAD of a key B never stored 404 and of
+    one B stored 403, which tells A what B holds. Measured, then the policy put back."""
+    owner, a, b = identities["owner"], identities["a"], identities["b"]
+    assert s3(b, "PUT", f"/{CHUNK_B}", body=b"vk" * 4096)[0] == 200
+    missing = "/meta-llama/Llama-3.1-8B@01000100@0@00"
+    status, before = s3(owner, "GET", "/", query="policy=")
+    assert status == 200
+    wider = bucket_policy(CACHE, [A, B], legacy_uid(OWNER))
+    wider["Statement"].append({
+        "Sid": "misses", "Effect": "Allow", "Principal": {"AWS": [
+            f"arn:aws:iam:::user/{A.uid}", f"arn:aws:iam:::user/{B.uid}"]},
+        "Action": ["s3:ListBucket"], "Resource": [f"arn:aws:s3:::{CACHE}"],
+        "Condition": {"Null": {"s3:max-keys": "true"}}})  # any request but a listing
+    try:
+        assert s3(owner, "PUT", "/", body=json.dumps(wider).encode(),
+                  query="policy=")[0] in (200, 204)
+        assert (s3(a, "HEAD", missing)[0], s3(a, "HEAD", f"/{CHUNK_B}")[0]) == (404, 403)
+    finally:
+        assert s3(owner, "PUT", "/", body=before, query="policy=")[0] in (200, 204)
+    assert (s3(a, "HEAD", missing)[0], s3(a, "HEAD", f"/{CHUNK_B}")[0]) == (403, 403)
+
+
 def test_verify_proves_the_isolation_and_fails_without_it(
         identities: dict[str, Credentials]) -> None:
     """verify's probe: A's keys against B's stored chunk, and an allowed write is harmless
@@ -423,3 +448,59 @@ def test_the_role_converges_once_then_changes_nothing(loopback: Loopback,  # noq
                  "someone else's").returncode == 0
     rc, kept = role_play(tmp_path, conf, "dk-kept", "dk-kept-cache")
     assert rc == 0 and user(conf, "dk-kept-serving") is not None, kept[-3000:]
+
+
+def test_rotate_s3_adds_and_prunes_a_key_on_every_models_identity(
+        loopback: Loopback, tmp_path: Path) -> None:  # noqa: F811
+    """playbooks/rotate_s3.yml's admin-host tasks (its second and last plays, as written)
+    against a real radosgw, for a site of two models: every identity gets a second key, each
+    named by its digest only; then, with no serving host left to roll, the old keys go."""
+    import os
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    conf, owner = loopback.conf, "dk-rot"
+    uids = [serving_uid(owner, m) for m in (MODEL_A, MODEL_B)]
+    old = {uid: ansible_module("deploykit_rgw_user", owner_args(conf, uid))["keys"]
+           for uid in (owner, *uids)}
+    plays = yaml.safe_load((REPO / "playbooks" / "rotate_s3.yml").read_text())
+    add, prune = plays[1], plays[-1]
+    assert "ceph_admin[0]" in add["hosts"] and "ceph_admin[0]" in prune["hosts"]
+    site = {"s3": {"owner": owner, "serving_users": uids}}
+
+    def run(play: dict[str, Any]) -> str:
+        tasks = [t for t in play["tasks"] if "ansible.builtin.import_role" not in t]
+        path = tmp_path / "rotate.yml"
+        path.write_text(yaml.safe_dump([{
+            "hosts": "localhost", "gather_facts": False, "tasks": tasks,
+            "vars": {"deploykit_ceph_conf": str(conf), "_deploykit_site": site}}]))
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-playbook"), str(path),
+             "-e", f"ansible_python_interpreter={sys.executable}"],
+            capture_output=True, text=True, timeout=300, cwd=REPO,
+            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                 "ANSIBLE_LOCALHOST_WARNING": "false"})
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        return done.stdout + done.stderr
+
+    try:
+        added = run(add)
+        for uid in uids:
+            keys = [k["access_key"] for k in user(conf, uid)["keys"]]  # type: ignore[index]
+            assert len(keys) == 2 and old[uid]["access_key"] in keys, uid
+            assert f"{uid}: key " in added and "added" in added
+        pruned = run(prune)
+        for uid in (owner, *uids):
+            keys = user(conf, uid)["keys"]  # type: ignore[index]
+            assert len(keys) == 1 and keys[0]["access_key"] != old[uid]["access_key"], uid
+        assert all(f"{uid}: 1 old key(s) deleted" in pruned for uid in uids), pruned[-2000:]
+        every = [k["secret_key"] for uid in (owner, *uids)
+                 for k in (user(conf, uid) or {})["keys"]] + [k["secret_key"]
+                                                            for k in old.values()]
+        assert not any(secret in added + pruned for secret in every)
+    finally:
+        for uid in (owner, *uids):
+            admin(conf, "user", "rm", "--uid", uid)

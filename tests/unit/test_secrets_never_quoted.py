@@ -131,9 +131,6 @@ def test_no_error_path_quotes_a_planted_secret(tmp_path: Path, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", sorted(STORE_CASES))
-@pytest.mark.xfail(reason="needs helper H-A's branch: on this one the store's YAML error quotes "
-                   "its text and its values are not held to the vault's value rules "
-                   "(ops/secrets_store.py)", strict=False)
 def test_no_store_error_quotes_a_planted_secret(tmp_path: Path, name: str) -> None:
     _check(tmp_path, STORE_CASES[name])
 
