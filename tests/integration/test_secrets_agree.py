@@ -276,3 +276,23 @@ def test_without_acls_the_keyring_answers_for_the_gossip_key(
     consul.keys = [old["consul_gossip_key"], changed["consul_gossip_key"]]
     ok, out = site.run(changed)
     assert ok, out[-3000:]
+
+
+def test_a_secret_this_run_cannot_read_stops_every_host(tmp_path: Path,
+                                                        consul: type[FakeConsul]) -> None:
+    """An inline vault value without its password fails on its host only: the check turns
+    that into a refusal of the whole run, so no other host goes on to change."""
+    from tests.unit.test_vault import encrypt
+
+    site = Site(tmp_path, consul.port)
+    values = site_secrets()
+    site.converge(values)
+    before = site.digest()
+    cipher = encrypt("k-vaulted")
+    (tmp_path / "host_vars").mkdir()
+    (tmp_path / "host_vars" / "gpu.yml").write_text(
+        "vllm_api_key: !vault |\n" + "".join(f"  {ln}\n" for ln in cipher.splitlines()))
+    ok, out = site.run({k: v for k, v in values.items() if k != "vllm_api_key"})
+    assert not ok, out[-3000:]
+    assert "gpu: the secrets this run would install could not be read" in out, out[-3000:]
+    assert site.digest() == before

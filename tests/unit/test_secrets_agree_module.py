@@ -85,7 +85,8 @@ def test_files_are_compared_and_a_link_is_never_followed(tmp_path: Path) -> None
 def test_the_role_hands_over_every_generated_secret_and_its_next_value() -> None:
     tasks = yaml.safe_load((REPO / "roles" / "deploykit_common" / "tasks" /
                             "secrets_agree.yml").read_text())
-    call = next(t for t in tasks if "deploykit.kvcache.deploykit_secrets_agree" in t)
+    flat = [t for task in tasks for t in task.get("block", [task])]
+    call = next(t for t in flat if "deploykit.kvcache.deploykit_secrets_agree" in t)
     assert call["no_log"] is True
     handed = set(call["deploykit.kvcache.deploykit_secrets_agree"]["values"])
     assert handed == set(site_secrets.GENERATED) | set(site_secrets.NEXT.values())
