@@ -229,6 +229,23 @@ def ensure(site: Site) -> Fill:
     return Fill({n: stored[n] for n in gaps} | _with_next(stored, gaps), missing)
 
 
+def forget(site: Site, values: Mapping[str, str]) -> tuple[str, ...]:
+    """Take back what a refused run generated: each name still holding the value that run
+    generated leaves the store (a store left empty goes whole), so the next run from this
+    controller generates nothing over the running site's secrets either."""
+    with _locked(site):
+        stored = read_store(site)
+        gone = tuple(n for n, v in values.items() if stored.get(n) == v)
+        kept = {n: v for n, v in stored.items() if n not in gone}
+        if gone and kept:
+            _write(site, kept)
+        elif gone and uses_vault(site):
+            vault_path(site).unlink(missing_ok=True)
+        elif gone:
+            files.remove_local(store_dir(site))
+    return gone
+
+
 def rotate(site: Site, names: Sequence[str]) -> None:
     """New values for `names` in the store (the caller checked each may be rotated)."""
     with _locked(site):

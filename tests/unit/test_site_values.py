@@ -48,7 +48,8 @@ def test_the_example_is_valid_and_its_admin_values_count(tmp_path: Path) -> None
     tree = role_tree(site)
     facts = json.loads(tree[CLUSTER][SITE_PATH].content)
     assert facts["s3"]["owner"] == "cacheowner"
-    assert facts["s3"]["serving_user"] == "cacheowner-serving"
+    assert facts["s3"]["serving_users"] and all(
+        u.startswith("cacheowner-serving-") for u in facts["s3"]["serving_users"])
     assert facts["lifecycle"]["Rules"][0]["Expiration"] == {"Days": 3}
     # every host's settings carry the agreed value, not its own default
     for host in site.hosts:
