@@ -277,6 +277,10 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
     return results + [t.result() for t in trips]
 
 
+# keys no model of any site writes: where a one-model site's identity must be refused too
+NO_MODEL_PREFIX = "deploykit-verify-no-model/"
+
+
 def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int, str, str],
                context: ssl.SSLContext | None) -> list[IsolationProbe]:
     """Each model's identity (the keys of its first host that signed) against every other
@@ -287,6 +291,10 @@ def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int
         host = next((h for h in model.hosts if h in signed), None)
         if host is None:
             continue
+        if len(identities(site)) == 1:  # one model: a prefix no model owns is as foreign
+            found.append(privilege_probe.isolation(
+                *where, IsolationProbe(model.uid, host, model.prefixes[0], "no model",
+                                       NO_MODEL_PREFIX), signed[host], None, context))
         for other in identities(site):
             their = next((h for h in other.hosts if h in signed), None)
             if other.uid == model.uid:

@@ -107,7 +107,7 @@ def test_status_reads_every_host_and_reports_the_unreachable_one(
         assert hosts[name]["reachable"] and hosts[name]["clock"], hosts[name]
     assert [u["unit"] for u in hosts["gpu1"]["units"]] == [
         "deploykit-lmcache-s3-events.timer", "lmcache-server", "prometheus-node-exporter",
-        "vllm"]
+        "vllm", "vllm-front"]
     assert {u["unit"] for u in hosts["rgw1"]["units"]} == {
         *(f"ceph-radosgw@rgw.rgw1.{i}" for i in range(4)), "consul", "haproxy"}
     # versions: the serving venvs' own, and a mix marked

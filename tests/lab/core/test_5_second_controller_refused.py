@@ -33,7 +33,8 @@ def _addresses() -> dict[str, str]:
     found: dict[str, str] = {}
     for group in hosts["all"]["children"].values():
         for name, values in ((group or {}).get("hosts") or {}).items():
-            found[name] = (values or {}).get("ansible_host", name)
+            if (values or {}).get("ansible_connection") != "local":  # the controller itself
+                found[name] = (values or {}).get("ansible_host", name)
     return found
 
 
