@@ -94,13 +94,23 @@ def instances_fit_devices(site: Site) -> Iterator[Problem]:
     for host in site.group("vllm"):
         c = host.config
         count = instance_count(c)
-        if c.vllm_accelerator_count is not None and count * workers(c) > c.vllm_accelerator_count:
+        devices = c.vllm_accelerator_count
+        if devices is not None and workers(c) > devices:
+            # no instance count fits: the parallelism itself is what to change
+            yield Problem(_src(site, host, "vllm_tensor_parallel_size"),
+                          "vllm_tensor_parallel_size",
+                          f"one instance with TP {c.vllm_tensor_parallel_size} x PP "
+                          f"{c.vllm_pipeline_parallel_size} needs {workers(c)} devices, "
+                          f"{host.name} has vllm_accelerator_count {devices}",
+                          f"make vllm_tensor_parallel_size x vllm_pipeline_parallel_size at "
+                          f"most {devices}, or raise vllm_accelerator_count if the host has "
+                          "more devices", hosts=(host.name,))
+        elif devices is not None and count * workers(c) > devices:
             yield Problem(_src(site, host, "vllm_instances"), "vllm_instances",
                           f"{count} instances x TP {c.vllm_tensor_parallel_size} x PP "
                           f"{c.vllm_pipeline_parallel_size} need {count * workers(c)} devices, "
-                          f"{host.name} has vllm_accelerator_count {c.vllm_accelerator_count}",
-                          f"use at most {max(1, c.vllm_accelerator_count // workers(c))} "
-                          "instances", hosts=(host.name,))
+                          f"{host.name} has vllm_accelerator_count {devices}",
+                          f"use at most {devices // workers(c)} instances", hosts=(host.name,))
         gpu = c.vllm_accelerator in DEVICE_ENV
         if gpu and count > 1 and c.vllm_accelerator_count is None:
             yield Problem(_src(site, host, "vllm_instances"), "vllm_instances",

@@ -15,6 +15,12 @@ from deploy_kit.project import roles_dir, templates_dir
 _SYSTEMD_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
+def systemd_text(value: object) -> str:
+    """A value inside a unit setting that expands specifiers (Description=, EnvironmentFile=,
+    Environment=): `%` doubled, so a path or model name with `%` reaches systemd literally."""
+    return str(value).replace("%", "%%")
+
+
 def systemd_quote(word: str) -> str:
     """Quote one ExecStart word; `%` and `$` are escaped so systemd passes them literally."""
     word = word.replace("%", "%%").replace("$", "$$")
@@ -77,6 +83,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["regex_escape"] = re.escape
     env.filters["systemd_quote"] = systemd_quote
+    env.filters["systemd_text"] = systemd_text
     env.filters["env_quote"] = env_quote
     return env
 

@@ -118,6 +118,17 @@ def test_instance_rules(make_inventory: InventoryFactory, settings: dict, key: s
         assert any("vllm_accelerator_count / vllm_instances" in p.fix for p in found)
 
 
+def test_parallelism_wider_than_the_host_names_the_parallelism_not_the_instances(
+        make_inventory: InventoryFactory) -> None:
+    found = problems(make_inventory, one_host(
+        vllm_accelerator="cuda", vllm_max_model_len=8192, vllm_accelerator_count=4,
+        vllm_tensor_parallel_size=4, vllm_pipeline_parallel_size=2))
+    [p] = [p for p in found if p.key in ("vllm_instances", "vllm_tensor_parallel_size")]
+    assert p.key == "vllm_tensor_parallel_size"
+    assert "one instance with TP 4 x PP 2 needs 8 devices" in p.message
+    assert "at most 4" in p.fix and "instances" not in p.fix
+
+
 def test_four_instances_claim_four_ports(make_inventory: InventoryFactory) -> None:
     site = open_site(str(make_inventory(one_host(
         vllm_accelerator="cuda", vllm_accelerator_count=8, vllm_tensor_parallel_size=2,

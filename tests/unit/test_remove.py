@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +293,25 @@ def test_remove_takes_the_site_lock(make_inventory: InventoryFactory, tmp_path: 
     finally:
         release.set()  # type: ignore[attr-defined]
         proc.join(30)
+
+
+@pytest.mark.parametrize(("removed", "force", "passes"), [
+    (["c1"], False, True), (["c1", "c2"], False, False), (["c1", "c2"], True, True)])
+def test_a_plain_ansible_run_keeps_the_consul_majority_unless_forced(
+        tmp_path: Path, removed: list[str], force: bool, passes: bool) -> None:
+    """AWX runs remove.yml without the CLI: its own precheck holds the majority rule too
+    (run by ansible-playbook on the controller's play alone, the hosts never contacted)."""
+    plays = yaml.safe_load(PLAYBOOK.read_text())
+    precheck = next(p for p in plays if p.get("name") == "Check which hosts remove was given")
+    (tmp_path / "precheck.yml").write_text(yaml.safe_dump([precheck]))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(THREE_SERVERS))
+    extra = {"deploykit_remove_hosts": removed, "deploykit_remove_force": force}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "hosts.yml",
+         "precheck.yml", "-e", json.dumps(extra)], cwd=tmp_path, capture_output=True,
+        text=True, env={"PATH": "/usr/bin:/bin", "ANSIBLE_LOCALHOST_WARNING": "false",
+                        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+                        "HOME": str(tmp_path)}, timeout=120)
+    assert (done.returncode == 0) is passes, done.stdout[-2000:]
+    if not passes:
+        assert "leaves 1 of 3 Consul servers, fewer than a majority" in done.stdout
