@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO, cast
 
@@ -25,11 +25,22 @@ def console() -> Console:
     if _bound:
         return _bound[-1][0]
     if _default is None:  # created on first use, as the module-level console was on import
-        _default = Console(stderr=True, highlight=False)
+        _default = Console(stderr=True, highlight=False,
+                           width=human_width(sys.stderr, os.environ))
     return _default
 
 
 UNBOUNDED = 1 << 12  # data into a pipe or a file: as wide as its widest line
+
+
+def human_width(stream: TextIO, environ: Mapping[str, str],
+                isatty: bool | None = None) -> int | None:
+    """The human console's width: a terminal's own (None: rich asks it) or COLUMNS; into a
+    CI or AWX log (no terminal, no COLUMNS) unbounded, so an error stays one line that a
+    reader can grep and a path is never cut in two."""
+    if environ.get("COLUMNS", "").strip().isdigit():
+        return None  # rich reads COLUMNS itself
+    return None if (_isatty(stream) if isatty is None else isatty) else UNBOUNDED
 
 
 def data_console() -> Console:
@@ -39,9 +50,9 @@ def data_console() -> Console:
     (tables keep their natural width)."""
     human = console()
     out = stdout()
-    width = human.width
-    if not os.environ.get("COLUMNS", "").strip().isdigit() and not _isatty(out):
-        width = UNBOUNDED
+    width = human_width(out, os.environ)
+    if width is None and human.width != UNBOUNDED:
+        width = human.width  # a terminal or COLUMNS: the human console's columns
     return Console(file=out, highlight=False, width=width,
                    no_color=human.no_color or human.color_system is None)
 

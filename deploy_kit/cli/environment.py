@@ -35,9 +35,11 @@ class Environment:
     def make_console(self) -> Console:
         """The run's console: on stderr, sized and coloured from the run's variables
         (COLUMNS, NO_COLOR, FORCE_COLOR, TERM), no highlighting of numbers and paths."""
+        width = console_module.human_width(
+            self.stderr, os.environ if self.env is None else self.env, self.stderr_isatty)
         return Console(file=self.stderr, highlight=False, force_terminal=self.stderr_isatty,
                        color_system=None if self.color is False else "auto",
-                       _environ=self.env)
+                       width=width, _environ=self.env)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

@@ -48,8 +48,10 @@ def resolve_inventory_path(name_or_path: str, project_dir: Path,
             [project_dir / "inventory" / name_or_path]:
         if named.exists():
             return named.resolve()
+    # a name is looked up under inventory/; a path (with a `/`) is taken as it is
+    where = candidate if "/" in name_or_path else Path("inventory") / name_or_path
     raise InventoryError([Problem(str(candidate), "--inventory", "no such inventory",
-                                  f"create inventory/{name_or_path}/hosts.yml or pass a path")])
+                                  f"create {where}/hosts.yml or pass a path")])
 
 
 def _read_yaml(path: Path, vault: VaultSecrets, problems: list[Problem],

@@ -77,8 +77,12 @@ def test_encrypted_vault_is_decrypted_with_password(make_inventory: InventoryFac
 def test_inventory_name_resolves_under_project(tmp_path: Path) -> None:
     (tmp_path / "inventory" / "prod").mkdir(parents=True)
     assert resolve_inventory_path("prod", tmp_path) == tmp_path / "inventory" / "prod"
-    with pytest.raises(InventoryError, match="no such inventory"):
+    with pytest.raises(InventoryError, match="no such inventory") as named:
         resolve_inventory_path("nope", tmp_path)
+    assert "create inventory/nope/hosts.yml" in str(named.value)
+    with pytest.raises(InventoryError) as path:
+        resolve_inventory_path(str(tmp_path / "sites" / "nope"), tmp_path)
+    assert f"create {tmp_path}/sites/nope/hosts.yml" in str(path.value)
 
 
 def test_an_installed_wheel_finds_the_sites_inventory_before_its_bundled_ones(
