@@ -208,9 +208,9 @@ def _down(report: Any) -> None:
     for name in sorted(found):
         if name[3:].isdigit():
             known.setdefault(name, {"name": name, "index": int(name[3:]), "pid": None})
-    for entry in known.values():
-        report(f"… stopping {entry['name']}")
-        hosts.stop_host(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+    report(f"… stopping {', '.join(known) or 'no host'}")
+    hosts.stop_hosts([(LabHost(entry["name"], int(entry["index"])), entry.get("pid"))
+                      for entry in known.values()])
     for name, pid in state.get("ceph", {}).get("pids", {}).items():
         _kill(int(pid), name)
     if state.get("upstream_pid"):

@@ -35,8 +35,18 @@ def test_verify_passes_on_the_converged_lab(converged: Lab) -> None:
                   "lmcache-remote-url", "vllm-connector-name",
                   "dns-resolver-points-at-coredns", "dns-client-resolution",
                   # the serving identity: objects yes, bucket-level changes refused (403)
-                  "s3-serving-least-privilege", "s3-bucket-lifecycle"):
+                  "s3-serving-least-privilege", "s3-bucket-lifecycle",
+                  # one model's identity refused on keys no model owns; no side door
+                  "s3-serving-model-isolation", "vllm-no-side-door"):
         assert statuses.get(check) == "pass", (check, statuses.get(check))
+    # every instance's public address refuses the unkeyed paths (test_6 probes them itself)
+    doors = {f["target"].split(" ", 1)[0]: f for f in findings
+             if f["check"] == "vllm-no-side-door"}
+    assert set(doors) == {"lab3/0", "lab3/1", "lab4"}, doors
+    for target, finding in doors.items():
+        assert finding["status"] == "pass", finding
+        assert "/invocations 404" in finding["message"], (target, finding)
+        assert "/v1/completions 401" in finding["message"], (target, finding)
     # lab3 (two instances) and lab4 serve for real (vLLM on CPU + an LMCache server each):
     # nothing is skipped
     serving = [f for f in findings if f["check"] == "vllm-service"]

@@ -93,17 +93,8 @@ def test_metrics_need_the_key_outside_the_monitoring_hosts(converged: Lab) -> No
         assert on_host.strip() == "200", (name, on_host)
 
 
-def test_verify_has_the_check_and_it_passes(converged: Lab) -> None:
+def test_verify_lists_the_check(converged: Lab) -> None:
+    """verify's own run of the check on every instance is asserted with the full verify of
+    the lab (test_2_verify.py): one verify run, not two."""
     listed = converged.deploykit("verify", "--list-checks").stdout
     assert "vllm-no-side-door" in listed
-    result = converged.deploykit("verify", "--inventory", "lab", "--json", "--check",
-                                 "vllm-no-side-door", check=False)
-    findings = json.loads(result.stdout)["findings"]
-    assert result.returncode == 0, findings
-    doors = {f["target"].split(" ", 1)[0]: f for f in findings
-             if f["check"] == "vllm-no-side-door"}
-    assert set(doors) == {"lab3/0", "lab3/1", "lab4"}, doors
-    for target, finding in doors.items():
-        assert finding["status"] == "pass", finding
-        assert "/invocations 404" in finding["message"], (target, finding)
-        assert "/v1/completions 401" in finding["message"], (target, finding)
