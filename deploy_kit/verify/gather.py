@@ -287,15 +287,16 @@ def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int
     model's keys: the first key that model stored (listed with its own keys), else a
     made-up one under its prefix."""
     found = []
-    for model in identities(site):
+    models = identities(site)
+    for model in models:
         host = next((h for h in model.hosts if h in signed), None)
         if host is None:
             continue
-        if len(identities(site)) == 1:  # one model: a prefix no model owns is as foreign
+        if len(models) == 1:  # one model: a prefix no model owns is as foreign
             found.append(privilege_probe.isolation(
                 *where, IsolationProbe(model.uid, host, model.prefixes[0], "no model",
                                        NO_MODEL_PREFIX), signed[host], None, context))
-        for other in identities(site):
+        for other in models:
             their = next((h for h in other.hosts if h in signed), None)
             if other.uid == model.uid:
                 continue

@@ -3,7 +3,7 @@ without a lab. Nothing here starts by itself: the tests use a vLLM that already 
 DEPLOYKIT_LOOPBACK_VLLM (default 127.0.0.1:6800) and skip otherwise (CI has none).
 
 The TTFT protocol's restart needs DEPLOYKIT_LOOPBACK_DIR: a directory holding `run.sh`
-(starts both processes, writing `vllm.pid` and `lmc.pid` there, as the issue-8 experiment's
+(starts both processes, writing `vllm.pid` and `lmc.pid` there, as the loopback experiment's
 /tmp/exp/run.sh does) and `l2/`, the LMCache server's filesystem L2 (the remote tier here).
 """
 
