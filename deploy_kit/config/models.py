@@ -502,7 +502,9 @@ class HostConfig(BaseModel):
     lmcache_scheduled_restart_delay: int = Field(default=1800, ge=0, le=86400)
 
     # --- vllm -------------------------------------------------------------------------
-    vllm_version: str = "0.34.0"  # newest compat.yaml row (checked against its wheel)
+    # unset: compat.yaml `default_vllm_version` for the host's accelerator (cuda 0.32.0,
+    # rocm 0.34.0, gaudi3 0.26.0, cpu 0.32.0); without an accelerator the newest row
+    vllm_version: str = "0.34.0"
     # required on vllm hosts: cuda, rocm, gaudi3 or cpu; picks builds, env and default block size
     vllm_accelerator: Accelerator | None = None
     # the device model: its memory (the HBM fit rule) and peak FLOPS (the planner), from
@@ -597,6 +599,9 @@ class HostConfig(BaseModel):
     vllm_gaudi_skip_warmup: bool = False
     # cpu hosts: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE; it lives in /dev/shm)
     vllm_cpu_kvcache_space: int = Field(default=1, ge=1, le=4096)
+    # CUDA/HIP graph memory per device, GiB, as vLLM logs it at start ("CUDA graph memory
+    # profiling ..."): the fit rule's graph reserve; unset: compat.yaml's per-layer estimate
+    vllm_cuda_graph_gib: float | None = Field(default=None, ge=0, le=1024)
     vllm_enforce_eager: bool = False  # no torch.compile/graphs: starts in ~35 s on CPU, not ~150
     # seconds a stopping vLLM lets its in-flight requests finish (--shutdown-timeout, vLLM
     # 0.18+); 0: vLLM's default, abort them. The unit's TimeoutStopSec is this plus 60 s
@@ -656,7 +661,14 @@ class HostConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_topology(cls, data: Any) -> Any:
-        """lmcache_topology unset: the pinned LMCache series' default for the accelerator."""
+        """vllm_version unset: compat.yaml's default for the accelerator (CUDA's is the vLLM
+        whose torch PyPI's LMCache was built against); lmcache_topology unset: the pinned
+        LMCache series' default for the accelerator."""
+        if isinstance(data, dict) and data.get("vllm_version") is None and \
+                isinstance(data.get("vllm_accelerator"), str):
+            default_version = compat.default_vllm_version(data["vllm_accelerator"])
+            if default_version is not None:
+                data = {**data, "vllm_version": default_version}
         if not isinstance(data, dict) or data.get("lmcache_topology") is not None:
             return data
         accelerator = data.get("vllm_accelerator")

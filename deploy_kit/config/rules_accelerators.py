@@ -80,27 +80,59 @@ def accelerator_wheels_available(site: Site) -> Iterator[Problem]:
                           "set lmcache_wheel_dir to the site's wheel directory")
 
 
-def torch_pairing(site: Site) -> Iterator[Problem]:
-    """LMCache's C extensions link the torch they were built against; vLLM pins its own.
-    A plan warning, not a rule: the break is inferred (LMCache #585, #1294, #1712 broke on
-    particular symbols, not on every minor), no GPU has run the pair here, and a refusal
-    would refuse deploykit's default CUDA stack on that inference. A site's own wheel
-    (lmcache_wheel_dir) is built against the site's torch, so only PyPI's wheel is named."""
+def _torch_mismatches(site: Site) -> Iterator[tuple[Host, str, str, str | None]]:
+    """Hosts whose LMCache comes from PyPI (its C extensions link the torch they were built
+    against) under a vLLM pinning another torch: (host, built, pinned, missing symbol when
+    that pairing is measured to break). A site's own wheel (lmcache_wheel_dir) is built
+    against the site's torch; a wheelhouse accelerator's LMCache is the site's own; CPU
+    hosts never load the CUDA extension."""
     for host, accelerator, table in _pinned_vllm_hosts(site):
         c = host.config
         try:
-            built = compat.lmcache(c.lmcache_version).build_torch
+            lmcache = compat.lmcache(c.lmcache_version)
         except ValueError:
             continue
+        built = lmcache.build_torch
         if not c.lmcache_install or c.lmcache_wheel_dir or accelerator == "cpu" or \
-                built is None or table.torch is None or built == table.torch:
+                table.needs_wheelhouse(accelerator) or built is None or table.torch is None \
+                or built == table.torch:
             continue
+        yield host, built, table.torch, (lmcache.build_torch_breaks or {}).get(table.torch)
+
+
+@rule
+def lmcache_extension_loads(site: Site) -> Iterator[Problem]:
+    """PyPI's LMCache under a vLLM whose torch lacks a symbol its extension needs (measured
+    with nm, compat.yaml `build_torch_breaks`) runs on LMCache's pure-torch fallback: slow
+    KV copies, silent apart from one log line. Refused, naming both ways out."""
+    for host, built, pinned, symbol in _torch_mismatches(site):
+        if symbol is None:
+            continue
+        c = host.config
+        default = compat.default_vllm_version(c.vllm_accelerator or "cuda")
+        yield Problem(_src(site, host, "vllm_version"), "vllm_version",
+                      f"vLLM {c.vllm_version} pins torch {pinned}, which lacks {symbol} that "
+                      f"PyPI's LMCache {c.lmcache_version} cuda_ops needs (built against torch "
+                      f"{built}): LMCache would copy KV on its slow pure-torch fallback",
+                      (f"set vllm_version {default} (torch {built}), or " if default else "")
+                      + f"set lmcache_wheel_dir to an LMCache {c.lmcache_version} built "
+                      f"against torch {pinned}", hosts=(host.name,))
+
+
+def torch_pairing(site: Site) -> Iterator[Problem]:
+    """A pairing not measured either way: a plan warning, not a rule (LMCache #585, #1294,
+    #1712 broke on particular symbols, not on every minor)."""
+    for host, built, pinned, symbol in _torch_mismatches(site):
+        if symbol is not None:
+            continue  # lmcache_extension_loads refuses it
+        c = host.config
         yield Problem(_src(site, host, "lmcache_version"), "lmcache_version",
                       f"PyPI's LMCache {c.lmcache_version} C extensions are built against "
-                      f"torch {built}, vLLM {c.vllm_version} pins torch {table.torch} "
-                      f"({host.name}): `import lmcache.c_ops` may fail with undefined symbols",
+                      f"torch {built}, vLLM {c.vllm_version} pins torch {pinned} "
+                      f"({host.name}): `import lmcache.cuda_ops` may fail with undefined "
+                      "symbols (not checked for this pair)",
                       f"pin a vLLM on torch {built}, or build LMCache against torch "
-                      f"{table.torch} into lmcache_wheel_dir", hosts=(host.name,))
+                      f"{pinned} into lmcache_wheel_dir", hosts=(host.name,))
 
 
 @rule

@@ -30,8 +30,11 @@ class LMCacheCompat:
     s3_shm_files_per_worker: int
     nixl_storage: bool
     nixl_packages: tuple[str, ...] = ()  # what `nixl` mode installs beside LMCache
+    nixl_dram_only_backends: frozenset[str] = frozenset()  # no VRAM registration
     server_metrics: bool = False  # `lmcache server` serves Prometheus on --prometheus-port
     build_torch: str | None = None  # torch major.minor the PyPI wheel's C extensions link
+    # torch major.minor -> a symbol the extensions need that that torch does not export
+    build_torch_breaks: dict[str, str] | None = None
     topologies: dict[str, list[str]] | None = None  # accelerator -> topologies LMCache runs
     default_topology: dict[str, str] | None = None  # accelerator -> lmcache_topology unset
     # pre_caching_hash_algorithm values with working keys; the first is the default
@@ -63,8 +66,11 @@ class VLLMCompat:
     topologies: dict[str, list[str]] | None = None  # accelerator -> LMCache topologies
     system_packages: dict[str, list[str]] | None = None  # accelerator -> Debian packages
     torch: str | None = None  # the torch major.minor this vLLM pins
+    transformers: str | None = None  # the transformers requirement of its METADATA
     # `--shutdown-timeout N` drains in-flight requests on SIGTERM (vLLM PR #34730, 0.18+)
     shutdown_timeout: bool = False
+    # vLLM takes the CUDA/HIP graph pool out of its memory budget (v0.21+)
+    cudagraph_in_budget: bool = False
 
     def env_for(self, accelerator: str) -> dict[str, str]:
         return dict((self.accelerator_env or {}).get(accelerator, {}))
@@ -111,13 +117,15 @@ def accelerator_models() -> dict[str, AcceleratorModel]:
 class VLLMMemory:
     headroom_gib: float  # per device, inside the utilisation budget
     graph_reserved_fraction: dict[str, float]  # runtime -> share of the KV budget for graphs
+    cuda_graph_gib_per_layer: float = 0.0  # CUDA/HIP graph pool per device and model layer
 
 
 @cache
 def vllm_memory() -> VLLMMemory:
     e = _table()["vllm_memory"]
     return VLLMMemory(float(e["headroom_gib"]),
-                      {k: float(v) for k, v in (e.get("graph_reserved_fraction") or {}).items()})
+                      {k: float(v) for k, v in (e.get("graph_reserved_fraction") or {}).items()},
+                      float(e.get("cuda_graph_gib_per_layer") or 0.0))
 
 
 def missing_build_reason(accelerator: str) -> str | None:
@@ -128,6 +136,21 @@ def missing_build_reason(accelerator: str) -> str | None:
 
 def default_accelerator_model(runtime: str) -> str:
     return str(_table()["default_accelerator_model"][runtime])
+
+
+def default_vllm_version(accelerator: str) -> str | None:
+    """vllm_version when a host leaves it unset (compat.yaml `default_vllm_version`)."""
+    value = (_table().get("default_vllm_version") or {}).get(accelerator)
+    return None if value is None else str(value)
+
+
+def transformers_major_min(table: VLLMCompat) -> int | None:
+    """The lowest transformers major a row's vLLM accepts (">=5.5.3" -> 5); None unknown."""
+    for part in (table.transformers or "").split(","):
+        part = part.strip()
+        if part.startswith(">="):
+            return parse_version(part[2:])[0]
+    return None
 
 
 @dataclass(frozen=True)
@@ -177,8 +200,10 @@ def lmcache(version: str) -> LMCacheCompat:
         s3_shm_files_per_worker=int(e["s3_shm_files_per_worker"]),
         nixl_storage=bool(e["nixl_storage"]),
         nixl_packages=tuple(e.get("nixl_packages", ())),
+        nixl_dram_only_backends=frozenset(e.get("nixl_dram_only_backends") or ()),
         server_metrics=bool(e.get("server_metrics", False)),
         build_torch=None if e.get("build_torch") is None else str(e["build_torch"]),
+        build_torch_breaks={str(k): str(v) for k, v in (e.get("build_torch_breaks") or {}).items()},
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         default_topology={k: str(v) for k, v in (e.get("default_topology") or {}).items()},
         pre_caching_hashes=tuple(e.get("pre_caching_hashes") or ("builtin",)),
@@ -210,7 +235,9 @@ def vllm(version: str) -> VLLMCompat:
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         system_packages={k: list(v) for k, v in (e.get("system_packages") or {}).items()},
         torch=None if e.get("torch") is None else str(e["torch"]),
+        transformers=None if e.get("transformers") is None else str(e["transformers"]),
         shutdown_timeout=bool(e.get("shutdown_timeout", False)),
+        cudagraph_in_budget=bool(e.get("cudagraph_in_budget", False)),
     )
 
 

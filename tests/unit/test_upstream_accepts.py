@@ -3,6 +3,7 @@ deploy_kit/data/compat.yaml or the renderer's comment."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -26,6 +27,8 @@ YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 
 def _site(make_inventory: InventoryFactory, **all_vars: object):  # type: ignore[no-untyped-def]
     if "vllm_rope_scaling" in all_vars:  # 4 x the model's 40960 tokens would not fit one H100
         all_vars = {"vllm_max_model_len": 32768, **all_vars}
+    if all_vars.get("vllm_version") not in (None, "0.32.0"):  # torch 2.14 / 2.8: a site build
+        all_vars = {"lmcache_wheel_dir": "/srv/wheelhouse/lmcache", **all_vars}
     return open_site(str(make_inventory(BASE_HOSTS, all=all_vars)))
 
 
@@ -97,11 +100,32 @@ def test_packages_ceph_conf_graceful_stop_by_version(
     assert ("rgw graceful stop = true" in conf) is graceful
 
 
-@pytest.mark.parametrize("version", ["0.33.0", "0.34.0"])
+def test_every_row_on_transformers_5_renders_the_complete_rope_parameters() -> None:
+    """transformers 5's rope_scaling setter replaces rope_parameters whole: every row whose
+    vLLM requires transformers >= 5 must render rope_parameters (the 0.26 row did not, and
+    vllm-gaudi crashed at init on rope_theta None)."""
+    majors = {}
+    for series in compat.supported_series("vllm"):
+        table = compat.vllm(f"{series}.0")
+        majors[series] = compat.transformers_major_min(table)
+        if majors[series] is not None and majors[series] >= 5:
+            assert table.rope_override == "rope_parameters", series
+    assert majors == {"0.34": 5, "0.33": 5, "0.32": 5, "0.26": 5, "0.10": 4}
+
+
+@pytest.mark.parametrize(("version", "host", "accelerator"), [
+    ("0.32.0", "gpu1", "cuda"), ("0.33.0", "gpu1", "cuda"), ("0.34.0", "gpu1", "cuda"),
+    ("0.26.0", "gpu1", "gaudi3")])
 def test_rope_override_is_complete_under_transformers_5(
-        make_inventory: InventoryFactory, version: str) -> None:
-    site = _site(make_inventory, vllm_version=version, vllm_rope_scaling=YARN)
-    overrides = _hf_overrides(vllm_argv(site.hosts["gpu1"]))
+        make_inventory: InventoryFactory, version: str, host: str, accelerator: str) -> None:
+    hosts = copy.deepcopy(BASE_HOSTS)
+    hosts["all"]["children"]["vllm"]["hosts"] = {
+        host: {"ansible_host": "10.0.1.1", "vllm_accelerator": accelerator}}
+    extra = {} if version == "0.32.0" else {"lmcache_wheel_dir": "/srv/wheelhouse/lmcache"}
+    site = open_site(str(make_inventory(hosts, all={
+        "vllm_version": version, "vllm_rope_scaling": YARN, "vllm_max_model_len": 32768,
+        **extra})))
+    overrides = _hf_overrides(vllm_argv(site.hosts[host]))
     assert overrides == {"rope_parameters": {**YARN, "rope_theta": 1000000}}
     assert rope_override_problems(json.dumps(overrides), compat.vllm(version), version) == []
     stale = json.dumps({"rope_scaling": YARN})
