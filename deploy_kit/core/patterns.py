@@ -41,3 +41,31 @@ EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
 EXTERNAL_QUERIES = "vllm:external_prefix_cache_queries_total"
 LOCAL_HITS = "vllm:prefix_cache_hits_total"
 LOCAL_QUERIES = "vllm:prefix_cache_queries_total"
+
+# A running LMCache that serves without its fast path or without a tier, in its own words
+# (lmcache 0.5.6 wheel), each behind LMCache's logger prefix as BREAKER is, so a prompt that
+# vLLM's request log echoes cannot raise one (verify's lmcache-degraded, doctor "slow"):
+#   extension: v1/platform/devices/cuda/device_ops.py:128, logger.warning: the compiled
+#     `lmcache.cuda_ops` did not import (a torch it was not built against), KV copies run on
+#     the pure-torch ops
+#   init: v1/manager.py:107 and :235, logger.error: the manager failed to start (no GPU
+#     connector for the device, a backend that raised, ...): "System will operate in
+#     degraded mode (recompute)"
+#   backend: v1/storage_backend/__init__.py:108 and :281, logger.error: a configured
+#     storage backend (NIXL, the S3 remote) was refused and LMCache runs without it
+#   server: integration/vllm/vllm_multi_process_adapter.py:614, logger.warning: vLLM's MP
+#     connector lost the LMCache server; cleared by its :1751 "Finished re-registering KV
+#     caches after server recovery" (DEGRADED_CLEARED), so a restarted server is not one
+_LMCACHE_PREFIX = r"^([^ ]+ [^ ]+ [^ ]+: )?[^ ]*\[[0-9-]+ [0-9:,]+\] LMCache "
+DEGRADED_LOG_PATTERNS = {
+    "extension": _LMCACHE_PREFIX + r"WARNING:[^ ]* lmcache\.cuda_ops compiled extension not "
+                 r"found",
+    "init": _LMCACHE_PREFIX + r"ERROR:[^ ]* (Failed to initialize LMCacheManager components|"
+            r"Failed during post_init): ",
+    "backend": _LMCACHE_PREFIX + r"ERROR:[^ ]* Failed to create (remote )?backend ",
+    "server": _LMCACHE_PREFIX + r"WARNING:[^ ]* LMCache server is unhealthy",
+}
+DEGRADED_CLEARED = {
+    "server": _LMCACHE_PREFIX + r"WARNING:[^ ]* Finished re-registering KV caches after "
+              r"server recovery",
+}

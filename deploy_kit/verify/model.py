@@ -147,9 +147,11 @@ class UnitState:
 
 @dataclass(frozen=True)
 class S3LogEvent:
-    """LMCache's own S3 trouble in the running process's journal (its current invocation):
+    """LMCache's own trouble in the running process's journal (its current invocation):
     `breaker` (it turned S3 off for the life of the process), `store` (an upload lost) or
-    `connection` (a connection-class error, three in a row trip the breaker)."""
+    `connection` (a connection-class error, three in a row trip the breaker); and the
+    degraded kinds of core/patterns.py DEGRADED_LOG_PATTERNS (`extension`, `init`,
+    `backend`, `server`)."""
 
     unit: str
     kind: str

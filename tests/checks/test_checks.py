@@ -237,6 +237,18 @@ def _no_answer(o: Observation, path: str, why: str) -> None:
 
 
 CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
+    # LMCache 0.5.6 under torch 2.14: its compiled cuda_ops did not import
+    ("lmcache-degraded", lambda o: setattr(o.serving[0], "s3_log", [S3LogEvent(
+        "vllm", "extension", 1, "2026-12-07T08:00:01+0000",
+        "[2026-12-07 08:00:01,002] LMCache WARNING: lmcache.cuda_ops compiled extension not "
+        "found; CudaDeviceOps stays on the torch baseline for all ops.")]),
+     "gpu1", "slow pure-torch fallback"),
+    # the manager failed to start: every prefix recomputed
+    ("lmcache-degraded", lambda o: setattr(o.serving[1], "s3_log", [S3LogEvent(
+        "vllm", "init", 1, "2026-12-07T08:00:01+0000",
+        "[2026-12-07 08:00:01,002] LMCache ERROR: Failed to initialize LMCacheManager "
+        "components: RuntimeError: No supported cuda connector found.")]),
+     "gpu2", "vLLM recomputes every prefix"),
     # the measured lab: an unkeyed POST /invocations ran a completion
     ("vllm-no-side-door", lambda o: o.side_doors[0].answers.update({"/invocations": 200}),
      "gpu1", "answered without the API key: /invocations 200"),

@@ -172,7 +172,7 @@ def test_serving_plan_reads_the_hosts_serving_settings() -> None:
     assert sorted(cpu.shm_needs.values()) == [gib, 2 * gib]  # L1 default 1, KV 2
     alone = serving_plan(_host(vllm_accelerator="cpu"))  # no server: KV cache only, default 1
     assert list(alone.shm_needs.values()) == [gib]
-    assert alone.pinned == {"lmcache": "0.5.6", "vllm": "0.34.0"}
+    assert alone.pinned == {"lmcache": "0.5.6", "vllm": "0.32.0"}  # cpu's default row
 
 
 def test_doctor_maps_shm_and_service_symptoms() -> None:

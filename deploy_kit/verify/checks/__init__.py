@@ -5,6 +5,7 @@ from deploy_kit.verify.checks import (  # noqa: F401
     cache_hits,
     ceph,
     consul,
+    degraded,
     dns,
     remote_tier,
     s3,

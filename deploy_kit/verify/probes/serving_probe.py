@@ -13,7 +13,7 @@ import yaml
 from deploy_kit.config import names
 from deploy_kit.config.instances import instances
 from deploy_kit.config.site import Host, Site
-from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.core.patterns import DEGRADED_CLEARED, DEGRADED_LOG_PATTERNS, S3_LOG_PATTERNS
 from deploy_kit.plan.serving import serving_host
 from deploy_kit.transport.hosts import ShellResult, run_many, sections
 from deploy_kit.verify.model import (
@@ -36,13 +36,31 @@ SERVER_UNIT = names.LMCACHE_SERVER_UNIT
 UNIT_NAME = re.compile(r"^(vllm(-[0-9]+)?|lmcache-server)$")
 JOURNAL_LINES = 5
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # a logger that colours even without a terminal
+
+def _degraded_awk() -> tuple[str, str]:
+    """awk rules and END lines for DEGRADED_LOG_PATTERNS: the first line of each kind (the
+    cause), and a kind with a clearing line counts only while nothing cleared it since."""
+    rules, ends = [], []
+    for i, (kind, pattern) in enumerate(DEGRADED_LOG_PATTERNS.items()):
+        rules.append(f"/{pattern}/ {{ if (!nd{i}) d{i} = $0; nd{i}++; on{i} = 1; next }}\n")
+        if kind in DEGRADED_CLEARED:
+            rules.append(f"/{DEGRADED_CLEARED[kind]}/ {{ on{i} = 0; next }}\n")
+        ends.append(f"      if (on{i}) print u, \"{kind}\", nd{i}, substr(d{i}, 1, 400)\n")
+    return "".join(rules), "".join(ends)
+
+
+_DEGRADED_RULES, _DEGRADED_ENDS = _degraded_awk()
+# one pass over each unit's running-process journal: LMCache's S3 trouble and the lines
+# that say it serves degraded (core/patterns.py)
 S3_LOG_AWK = (
     "/" + S3_LOG_PATTERNS["breaker"] + "/ { if (!nb) b = $0; nb++; next }\n"
     "/" + S3_LOG_PATTERNS["store"] + "/ { s = $0; ns++; next }\n"
-    "/" + S3_LOG_PATTERNS["connection"] + "/ { c = $0; nc++ }\n"
+    "/" + S3_LOG_PATTERNS["connection"] + "/ { c = $0; nc++; next }\n"
+    + _DEGRADED_RULES +
     "END { if (nb) print u, \"breaker\", nb, substr(b, 1, 400)\n"
     "      if (ns) print u, \"store\", ns, substr(s, 1, 400)\n"
-    "      if (nc) print u, \"connection\", nc, substr(c, 1, 400) }\n")
+    "      if (nc) print u, \"connection\", nc, substr(c, 1, 400)\n"
+    + _DEGRADED_ENDS + "}\n")
 
 
 def units(host: Host) -> list[str]:
@@ -267,13 +285,13 @@ def _code(codes: list[str], i: int) -> int | None:
 
 
 def parse_s3_log(text: str) -> list[S3LogEvent]:
-    """`<unit> <kind> <count> <journal line>` per kind found; `@<unit>` lines only mark
-    that a unit's journal was read."""
+    """`<unit> <kind> <count> <journal line>` per kind found (S3_LOG_PATTERNS and
+    DEGRADED_LOG_PATTERNS); `@<unit>` lines only mark that a unit's journal was read."""
     events = []
     for line in text.splitlines():
         words = line.split(" ", 3)
-        if len(words) < 4 or not UNIT_NAME.match(words[0]) or words[1] not in S3_LOG_PATTERNS or \
-                not words[2].isdigit():
+        if len(words) < 4 or not UNIT_NAME.match(words[0]) or not words[2].isdigit() or \
+                (words[1] not in S3_LOG_PATTERNS and words[1] not in DEGRADED_LOG_PATTERNS):
             continue
         journal_line = ANSI.sub("", words[3])
         when = journal_line.split(" ", 1)[0]
