@@ -140,6 +140,10 @@ def inventory_vars(args: argparse.Namespace, model_dir: Path,
         "vllm_model": str(model_dir),
         "vllm_models_dir": str(model_dir.parent),  # model_path_on_host is the directory itself
         "vllm_venv": venv_of(args.python),
+        # the venv --python lives in, as it is: nothing is installed (its LMCache may be a
+        # site build, so PyPI's torch pairing is not deploykit's to judge here)
+        "vllm_install": False,
+        "lmcache_install": False,
         # vLLM listens on loopback at vllm_loopback_port (the proof runs no serving front
         # and talks to vLLM there); the public port only must not clash with it
         "vllm_loopback_port": args.port,

@@ -37,8 +37,14 @@ BASE_HOSTS = {
                           "rgw2": {"ansible_host": "10.0.0.12"}}},
         "consul_servers": {"hosts": {"c1": {"ansible_host": "10.0.0.21"}}},
         "dns": {"hosts": {"dns1": {"ansible_host": "10.0.0.31"}}},
-        "vllm": {"hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda"},
-                           "gpu2": {"ansible_host": "10.0.1.2", "vllm_accelerator": "rocm"}}},
+        # the default Qwen3-32B at TP 1 on one H100: its 40K context fits beside vLLM's CUDA
+        # graphs (config/fit.py graph_bytes) at 0.94, or at the default 0.92 with 32K. The
+        # host var travels with gpu1 into the INI and script forms; the group's covers a
+        # replaced gpu1
+        "vllm": {"hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda",
+                                    "vllm_gpu_memory_utilization": 0.94},
+                           "gpu2": {"ansible_host": "10.0.1.2", "vllm_accelerator": "rocm"}},
+                 "vars": {"vllm_max_model_len": 32768}},
     }}
 }
 

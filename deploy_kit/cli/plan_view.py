@@ -116,6 +116,12 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
             hosts = [h for h, t in g.min_retrieve_tokens.items() if t == tokens]
             console.print(f"  min_retrieve_tokens {tokens:,} (LMCache recomputes shorter hits) "
                           f"on {_hosts(hosts)}")
+        for tokens in sorted(set(g.retrieve_advice.values())):
+            hosts = [h for h, t in g.retrieve_advice.items() if t == tokens]
+            console.print(f"  min_retrieve_tokens not rendered on {_hosts(hosts)} (LMCache "
+                          f"reads every hit): the break-even {tokens:,} rests on unmeasured "
+                          f"{' and '.join(g.unmeasured)}; measure and set them, or set "
+                          "lmcache_min_retrieve_tokens")
     console.print("[bold]Rollout[/]")
     for i, step in enumerate(plan.rollout, 1):
         serial = f" (serial {step.serial})" if step.serial else ""

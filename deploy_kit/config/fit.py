@@ -78,6 +78,7 @@ class DeviceFit:
     utilisation_source: str
     weights_bytes: int  # this device's share
     headroom_bytes: int
+    graph_bytes: int  # the CUDA/HIP graph pool vLLM takes out of the budget (graph_bytes())
     graph_reserved: float  # share of the KV budget kept for graphs (vllm-gaudi)
     kv_per_token: int  # bytes per token on this device
     max_model_len: int
@@ -90,7 +91,7 @@ class DeviceFit:
 
     @property
     def kv_budget_bytes(self) -> int:
-        free = self.budget_bytes - self.weights_bytes - self.headroom_bytes
+        free = self.budget_bytes - self.weights_bytes - self.headroom_bytes - self.graph_bytes
         return max(0, int(free * (1 - self.graph_reserved)))
 
     @property
@@ -111,9 +112,28 @@ class DeviceFit:
         return self.requests_fit >= 1
 
     def utilisation_needed(self) -> float:
-        need = self.weights_bytes + self.headroom_bytes + \
+        need = self.weights_bytes + self.headroom_bytes + self.graph_bytes + \
             self.request_bytes / (1 - self.graph_reserved)
         return need / self.hbm_bytes
+
+
+def graph_bytes(c: HostConfig, geometry: ModelGeometry) -> int:
+    """The CUDA/HIP graph pool per device that vLLM counts inside its budget (compat.yaml
+    `cudagraph_in_budget`): the measured vllm_cuda_graph_gib, else the per-layer estimate
+    for the layers on one device; 0 with --enforce-eager, on Gaudi (graph_reserved_fraction)
+    and CPU, and on rows that capture outside the budget."""
+    runtime = c.vllm_accelerator or "cuda"
+    if runtime not in ("cuda", "rocm") or c.vllm_enforce_eager:
+        return 0
+    try:
+        if not compat.vllm(c.vllm_version).cudagraph_in_budget:
+            return 0
+    except ValueError:
+        return 0
+    if c.vllm_cuda_graph_gib is not None:
+        return int(c.vllm_cuda_graph_gib * GIB)
+    layers = -(-geometry.num_layers // c.vllm_pipeline_parallel_size)
+    return int(layers * compat.vllm_memory().cuda_graph_gib_per_layer * GIB)
 
 
 def device_fit(c: HostConfig, geometry: ModelGeometry) -> DeviceFit | str:
@@ -138,7 +158,7 @@ def device_fit(c: HostConfig, geometry: ModelGeometry) -> DeviceFit | str:
     return DeviceFit(
         device=model.name, hbm_bytes=int(model.hbm_gib * GIB), utilisation=util,
         utilisation_source=util_source, weights_bytes=-(-weights // workers(c)),
-        headroom_bytes=int(memory.headroom_gib * GIB),
+        headroom_bytes=int(memory.headroom_gib * GIB), graph_bytes=graph_bytes(c, geometry),
         graph_reserved=memory.graph_reserved_fraction.get(runtime, 0.0),
         kv_per_token=kv_bytes_per_token_per_device(
             geometry, tensor_parallel=c.vllm_tensor_parallel_size,

@@ -110,9 +110,17 @@ def lmcache_extra_config_valid(site: Site) -> Iterator[Problem]:
                           "pin lmcache_version 0.4 or later, or use lmcache_mode s3")
 
 
+def _nixl_dram_only(lmcache_version: str, backend: str) -> bool:
+    try:
+        return backend in compat.lmcache(lmcache_version).nixl_dram_only_backends
+    except ValueError:  # an unknown LMCache: versions_supported reports it
+        return False
+
+
 @rule
 def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
-    """A NIXL buffer on the GPU must hold whole chunks; on the CPU it must not be set."""
+    """A NIXL buffer on the GPU needs a backend that registers VRAM and must hold whole
+    chunks; on the CPU it must not be set."""
     for host in site.group("vllm"):
         c = host.config
         if c.lmcache_mode != "nixl" or host.geometry is None:
@@ -139,6 +147,15 @@ def nixl_buffer_aligned(site: Site) -> Iterator[Problem]:
                           "lmcache_nixl_buffer_device",
                           f"cuda on a {c.vllm_accelerator} host, which has no CUDA memory",
                           "use lmcache_nixl_buffer_device: cpu", hosts=(host.name,))
+            continue
+        if _nixl_dram_only(c.lmcache_version, c.lmcache_nixl_backend):
+            pinned = ", ".join(compat.lmcache(c.lmcache_version).nixl_packages) or "NIXL"
+            yield Problem(_src(site, host, "lmcache_nixl_buffer_device"),
+                          "lmcache_nixl_buffer_device",
+                          f"cuda with NIXL's {c.lmcache_nixl_backend} backend: its engines "
+                          "register host memory only (VRAM needs a cuObject "
+                          f"engine, which {pinned} lacks), so LMCache's NIXL storage fails "
+                          "at init", "use lmcache_nixl_buffer_device: cpu", hosts=(host.name,))
             continue
         try:
             layout = chunk_layout(host.geometry, chunk_tokens=c.lmcache_chunk_size,

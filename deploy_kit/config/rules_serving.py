@@ -75,6 +75,9 @@ def memory_fits(site: Site) -> Iterator[Problem]:
             continue
         graphs = f" + {result.graph_reserved:.0%} for HPU graphs" if result.graph_reserved \
             else ""
+        if result.graph_bytes:
+            source = "vllm_cuda_graph_gib" if c.vllm_cuda_graph_gib is not None else "estimated"
+            graphs += f" + CUDA graphs {_gib(result.graph_bytes)} ({source})"
         key = "vllm_gpu_memory_utilization"
         yield Problem(
             _src(site, host, key), key,

@@ -55,6 +55,9 @@ class ServingGroupPlan:
     breakeven_tokens: int | None = None
     # host -> the min_retrieve_tokens its lmcache.yaml gets (in-process hosts only)
     min_retrieve_tokens: dict[str, int] = field(default_factory=dict)
+    # host -> the break-even not rendered because an input is a guess (unmeasured_inputs)
+    retrieve_advice: dict[str, int] = field(default_factory=dict)
+    unmeasured: list[str] = field(default_factory=list)
 
 
 def device_of(c: HostConfig) -> str:
@@ -136,24 +139,61 @@ def breakeven_tokens(geometry: ModelGeometry, c: HostConfig) -> int | None:
     return hi
 
 
+def _retrieve_applies(c: HostConfig) -> bool:
+    """An in-process host whose LMCache reads min_retrieve_tokens."""
+    if c.lmcache_server:
+        return False  # LMCacheMPConnector (server topology) never reads it (0.5.6)
+    try:
+        return "min_retrieve_tokens" in compat.lmcache_top_level_keys(c.lmcache_version)
+    except ValueError:
+        return False
+
+
+def unmeasured_inputs(c: HostConfig) -> list[str]:
+    """The break-even inputs this host states but never measured: a guessed break-even is
+    not rendered (with the guessed 50 % MFU and 25 Gbit/s it was 87,296 tokens on Gaudi3,
+    so the seed's own 20K-token RAG prompts recomputed on the hosts where the seed measured
+    its biggest wins)."""
+    missing = []
+    if "deploykit_storage_gbps" not in c.model_fields_set:
+        missing.append("deploykit_storage_gbps (`deploykit bench storage`)")
+    if c.vllm_prefill_tflops is None:
+        missing.append("vllm_prefill_tflops (bench/gpu-prefill.py)")
+    return missing
+
+
+def retrieve_advice(c: HostConfig, geometry: ModelGeometry | None) -> int | None:
+    """The serving group's break-even rounded up to whole chunks: what min_retrieve_tokens
+    would be from this host's inputs, measured or not; None without a FLOP model, when
+    every hit wins, or on a CPU (its peak is an order of magnitude, compat.yaml)."""
+    if geometry is None or (c.vllm_accelerator == "cpu" and c.vllm_prefill_tflops is None):
+        return None
+    tokens = breakeven_tokens(geometry, c)
+    if not tokens:
+        return None
+    chunk = c.lmcache_chunk_size
+    return -(-tokens // chunk) * chunk
+
+
 def min_retrieve_tokens(c: HostConfig, geometry: ModelGeometry | None) -> int | None:
     """LMCache's min_retrieve_tokens for an in-process host: a hit of fewer new tokens is
     recomputed (lmcache 0.5.6 integration/vllm/vllm_v1_adapter.py:1457-1461: it still counts
-    for skipping the re-store). The setting, else the serving group's break-even rounded up
-    to whole chunks; None: not rendered (LMCache's default 0 reads every hit)."""
-    if c.lmcache_server:
-        return None  # LMCacheMPConnector (server topology) never reads it (0.5.6)
-    try:
-        if "min_retrieve_tokens" not in compat.lmcache_top_level_keys(c.lmcache_version):
-            return None
-    except ValueError:
+    for skipping the re-store). The setting, else the break-even (retrieve_advice) when both
+    of its inputs were measured; None: not rendered (LMCache's default 0 reads every hit),
+    and `plan` shows the advice."""
+    if not _retrieve_applies(c):
         return None
     if c.lmcache_min_retrieve_tokens is not None:
         return c.lmcache_min_retrieve_tokens or None
-    if geometry is None or (c.vllm_accelerator == "cpu" and c.vllm_prefill_tflops is None):
-        return None  # a CPU's peak is an order of magnitude (compat.yaml), not a prediction
-    tokens = breakeven_tokens(geometry, c)
-    if not tokens:
-        return None  # no FLOP model, or every hit wins
-    chunk = c.lmcache_chunk_size
-    return -(-tokens // chunk) * chunk
+    if unmeasured_inputs(c):
+        return None
+    return retrieve_advice(c, geometry)
+
+
+def unrendered_advice(c: HostConfig, geometry: ModelGeometry | None) -> int | None:
+    """The break-even `plan` shows for a host whose min_retrieve_tokens is not rendered
+    because an input is a guess."""
+    if not _retrieve_applies(c) or c.lmcache_min_retrieve_tokens is not None or \
+            not unmeasured_inputs(c):
+        return None
+    return retrieve_advice(c, geometry)

@@ -20,6 +20,8 @@ from deploy_kit.plan.breakeven import (
     device_of,
     group_plan,
     min_retrieve_tokens,
+    unmeasured_inputs,
+    unrendered_advice,
 )
 from deploy_kit.plan.serving import accelerator_of, serving_host
 
@@ -171,6 +173,10 @@ def serving_groups(site: Site) -> list[ServingGroupPlan]:
             tokens = min_retrieve_tokens(host.config, host.geometry)
             if tokens is not None:
                 group.min_retrieve_tokens[host.name] = tokens
+            advice = unrendered_advice(host.config, host.geometry)
+            if advice is not None:
+                group.retrieve_advice[host.name] = advice
+                group.unmeasured = unmeasured_inputs(host.config)
         plans.append(group)
     return plans
 

@@ -178,7 +178,8 @@ CASES = [
          "(file)", bounded=True),
     Case("yaml-syntax-error", raw(RF, "ceph_rgw_count_per_host: [4\n"), RF, "line"),
     Case("yaml-error-does-not-hide-others",
-         both(raw(RF, "ceph_rgw_count_per_host: [4\n"), gv("vllm", lmcache_chunk_size=250)),
+         both(raw(RF, "ceph_rgw_count_per_host: [4\n"),
+              gv("vllm", lmcache_chunk_size=250, vllm_block_size=16)),
          RF, "line", also=((VF, "lmcache_chunk_size"),)),
     Case("hosts-yaml-error-and-group-vars-error",
          both(raw(H, "all:\n  children: {rgw: [\n"), raw(DF, "coredns_port: {\n")), H, "line",
@@ -422,12 +423,19 @@ CASES = [
     # --- what upstream programs take and then fail on: refused at validate instead ---
     # cephadm's `rgw zonegroup modify` fails the service without all three names
     Case("rgw-realm-without-zone", gv("all", ceph_rgw_realm="kv"), ALLF, "ceph_rgw_realm"),
-    # a Gaudi host has no CUDA memory for a `cuda` NIXL buffer
+    # a Gaudi host has no CUDA memory for a `cuda` NIXL buffer (GDS: a backend that
+    # registers VRAM, so the CUDA host's buffer stands)
     Case("nixl-cuda-buffer-on-gaudi", both(
         set_host("vllm", "gpu2", {"ansible_host": "10.0.1.2", "vllm_accelerator": "gaudi3",
                                   "vllm_version": "0.26.0"}),
         gv("vllm", lmcache_mode="nixl", lmcache_nixl_buffer_device="cuda",
-           lmcache_nixl_buffer_size=1 << 30)), VF, "lmcache_nixl_buffer_device", ("gpu2",)),
+           lmcache_nixl_backend="GDS", lmcache_nixl_buffer_size=1 << 30)), VF,
+        "lmcache_nixl_buffer_device", ("gpu2",)),
+    # NIXL's OBJ engines register host memory only: a `cuda` buffer cannot be registered
+    Case("nixl-cuda-buffer-with-obj", gv("vllm", lmcache_mode="nixl",
+                                         lmcache_nixl_buffer_device="cuda",
+                                         lmcache_nixl_buffer_size=1 << 30),
+         VF, "lmcache_nixl_buffer_device", ("gpu1", "gpu2")),
     # a DNS server that is its own resolver's upstream loops every other name
     Case("dns-upstream-is-itself", both(
         set_host("vllm", "dns1", {"ansible_host": "10.0.0.31", "vllm_accelerator": "cuda"}),

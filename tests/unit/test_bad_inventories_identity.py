@@ -226,7 +226,7 @@ c1 ansible_host=10.0.0.21
 [dns]
 dns1 ansible_host=10.0.0.31
 [vllm]
-gpu1 ansible_host=10.0.1.1 vllm_accelerator=cuda
+gpu1 ansible_host=10.0.1.1 vllm_accelerator=cuda vllm_max_model_len=32768
 """
 
 

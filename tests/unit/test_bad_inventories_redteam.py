@@ -312,8 +312,9 @@ CASES = [
     # --- class 10: YAML, number and Unicode edge values ----------------------------------
     Case("c10-sexagesimal-port", raw(VF, "vllm_port: 1:20\n"), VF, "vllm_port", VLLM),
     Case("c10-octal-port", raw(VF, "vllm_port: 017500\n"), VF, "vllm_port", VLLM),
+    # gpu1 sets its own utilisation (tests/conftest.py BASE_HOSTS): the group's reaches gpu2
     Case("c10-percent-utilisation", gv("vllm", vllm_gpu_memory_utilization="90%"), VF,
-         "vllm_gpu_memory_utilization", VLLM),
+         "vllm_gpu_memory_utilization", ("gpu2",)),
     Case("c10-y-as-bool", raw(VF, "vllm_enforce_eager: y\n"), VF, "vllm_enforce_eager",
          VLLM),
     Case("c10-nbsp-in-model", gv("vllm", vllm_model="Qwen/Qwen3-8B\u00a0"), VF, "vllm_model",
@@ -434,7 +435,8 @@ CONTROLS = [
             '"vllm": {"hosts": ["gpu1"]}, "_meta": {"hostvars": {'
             '"adm1": {"ansible_host": "10.0.0.10"}, "rgw1": {"ansible_host": "10.0.0.11"}, '
             '"c1": {"ansible_host": "10.0.0.21"}, "dns1": {"ansible_host": "10.0.0.31"}, '
-            '"gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda"}}}}\n') +
+            '"gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda",'
+            ' "vllm_max_model_len": 32768}}}}\n') +
         "EOF\n")), "", "", env=FAST),
     # YAML 1.1 octal and base-60 ints are refused in deploykit's settings only: an operator's
     # own `mode: 0644` (Ansible's usual spelling) or `backup_at: 12:30` is theirs to mean

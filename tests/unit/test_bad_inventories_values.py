@@ -395,7 +395,7 @@ CONTROLS: list[tuple[str, Mutation]] = [
     ("downloads-pinned-or-https", both(
         gv("dns", coredns_binary_url=MIRROR, coredns_archive_sha256="a" * 64),
         gv("all", consul_binary_url="https://mirror.example.com/consul/{version}/c.zip",
-           consul_archive_sha256="b" * 64, vllm_version="0.34.0", lmcache_version="0.5.6"))),
+           consul_archive_sha256="b" * 64, lmcache_version="0.5.6"))),
     ("ca-constrained-to-the-site", operator_ca(key="rsa2048", permitted=[
         DNS("s3.t.test"), IP(ipaddress.ip_network("10.0.0.0/24"))])),
     ("ca-without-key-usage", operator_ca(cert_sign=None)),

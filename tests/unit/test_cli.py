@@ -43,7 +43,7 @@ def test_plan_by_name_and_human_output() -> None:
 
 def test_bad_inventory_exit_3_every_problem_one_line_each(
         make_inventory: InventoryFactory) -> None:
-    root = make_inventory(vllm={"lmcache_chunk_size": 250},
+    root = make_inventory(vllm={"lmcache_chunk_size": 250, "vllm_block_size": 16},
                           all={"deploykit_s3_secret_key": "plain-secret-in-git",
                                "vllm_prot": 1})
     result = run("render", "-i", str(root), "--out", str(root / "out"))

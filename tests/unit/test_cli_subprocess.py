@@ -44,7 +44,7 @@ def test_python_m_deploy_kit_exits_with_the_documented_code() -> None:
 
 def test_a_refused_render_writes_nothing(make_inventory: InventoryFactory,
                                          tmp_path: Path) -> None:
-    root = make_inventory(vllm={"lmcache_chunk_size": 250})
+    root = make_inventory(vllm={"lmcache_chunk_size": 250, "vllm_block_size": 16})
     before = sorted(tmp_path.rglob("*"))
     result = run(DEPLOYKIT, "render", "-i", root, "-o", tmp_path / "out")
     assert result.returncode == 3, result.stderr

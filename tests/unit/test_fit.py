@@ -44,11 +44,41 @@ def test_seed_settings_on_h100_are_refused_with_the_numbers(
         make_inventory: InventoryFactory) -> None:
     found = problems(make_inventory, one_host(vllm_accelerator="cuda"), vllm=SEED)
     [p] = [p for p in found if p.key == "vllm_gpu_memory_utilization"]
-    assert "weights 30.5 GiB + one 131072-token request's KV 16.0 GiB + headroom 2.0 GiB" \
-        in p.message
+    # vLLM 0.32 (the CUDA default) takes its CUDA graphs out of the budget too: 64 layers
+    # x 0.02 GiB estimated (compat.yaml vllm_memory)
+    assert "weights 30.5 GiB + one 131072-token request's KV 16.0 GiB + headroom 2.0 GiB + " \
+        "CUDA graphs 1.3 GiB (estimated)" in p.message
     assert "> 0.55 x 79.6 GiB = 43.8 GiB" in p.message
-    assert p.fix == ("raise vllm_gpu_memory_utilization to 0.61, or vllm_tensor_parallel_size "
-                     "to 4, or lower vllm_max_model_len to 92160")
+    assert p.fix == ("raise vllm_gpu_memory_utilization to 0.63, or vllm_tensor_parallel_size "
+                     "to 4, or lower vllm_max_model_len to 81664")
+
+
+def _fit(**settings: object) -> fit.DeviceFit:
+    c = HostConfig.model_validate({"vllm_accelerator": "cuda", "vllm_model": "Qwen/Qwen3-32B",
+                                   "vllm_tensor_parallel_size": 2, **settings})
+    result = fit.device_fit(c, QWEN)
+    assert isinstance(result, fit.DeviceFit)
+    return result
+
+
+def test_cuda_graphs_come_out_of_the_budget_where_vllm_counts_them() -> None:
+    gib = 1024**3
+    plain = _fit()
+    assert plain.graph_bytes == int(64 * 0.02 * gib)  # every layer on the device, TP 2
+    assert _fit(vllm_pipeline_parallel_size=2, vllm_accelerator_count=8).graph_bytes == \
+        int(32 * 0.02 * gib)  # half the layers per stage
+    assert _fit(vllm_cuda_graph_gib=3.0).graph_bytes == 3 * gib  # measured wins
+    assert _fit(vllm_enforce_eager=True).graph_bytes == 0  # no graphs captured
+    # vLLM 0.10 captured after the KV cache (before v0.21): outside the budget
+    assert _fit(vllm_version="0.10.2").graph_bytes == 0
+    # the reserve is what the KV cache loses, token for token
+    lost = _fit(vllm_enforce_eager=True).kv_capacity_tokens - plain.kv_capacity_tokens
+    assert abs(lost - plain.graph_bytes / plain.kv_per_token) <= 1  # 10,486 tokens
+    gaudi = HostConfig.model_validate({"vllm_accelerator": "gaudi3", "vllm_version": "0.26.0",
+                                       "vllm_tensor_parallel_size": 2})
+    result = fit.device_fit(gaudi, QWEN)
+    assert isinstance(result, fit.DeviceFit) and result.graph_bytes == 0  # HPU: a fraction
+    assert result.graph_reserved == 0.1
 
 
 def test_the_same_settings_fit_mi300x_and_gaudi3(make_inventory: InventoryFactory) -> None:
@@ -169,13 +199,41 @@ def test_topology_defaults_follow_the_accelerator() -> None:
                       ).lmcache_topology == "inprocess"
 
 
-def test_torch_of_pypi_lmcache_against_vllm_is_a_plan_warning() -> None:
+def test_the_cuda_default_is_the_vllm_whose_torch_pypis_lmcache_was_built_for() -> None:
     assert compat.lmcache("0.5.6").build_torch == "2.13"
     assert compat.vllm("0.34.0").torch == "2.14" and compat.vllm("0.32.0").torch == "2.13"
-    warnings = build_plan(open_site(str(EXAMPLE))).warnings
-    assert any("built against torch 2.13, vLLM 0.34.0 pins torch 2.14" in w for w in warnings)
-    # the ROCm and Gaudi3 hosts install LMCache from the site's wheels: not named
-    assert not any("torch" in w and ("mi300x" in w or "gaudi3-1" in w) for w in warnings)
+    site = open_site(str(EXAMPLE))
+    assert {n: h.config.vllm_version for n, h in site.hosts.items() if "vllm" in h.groups} \
+        == {"gpu-h100-1": "0.32.0", "gpu-h100-2": "0.32.0", "gpu-mi300x-1": "0.34.0",
+            "gaudi3-1": "0.26.0"}
+    # no torch warning left for the example: CUDA pairs, ROCm and Gaudi3 bring their wheels
+    assert not any("torch" in w for w in build_plan(site).warnings)
+
+
+def test_pypis_lmcache_under_a_torch_it_breaks_on_is_refused_naming_both_ways_out(
+        make_inventory: InventoryFactory) -> None:
+    found = problems(make_inventory, one_host(vllm_accelerator="cuda", vllm_version="0.34.0",
+                                              vllm_model="Qwen/Qwen3-8B"))
+    [p] = [p for p in found if p.key == "vllm_version"]
+    assert "torch 2.14, which lacks _ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jb" \
+        in p.message and "slow pure-torch fallback" in p.message
+    assert p.fix == ("set vllm_version 0.32.0 (torch 2.13), or set lmcache_wheel_dir to an "
+                     "LMCache 0.5.6 built against torch 2.14")
+    # a site's own LMCache build is the way out on 0.34
+    assert not [p for p in problems(make_inventory, one_host(
+        vllm_accelerator="cuda", vllm_version="0.34.0", vllm_model="Qwen/Qwen3-8B",
+        lmcache_wheel_dir="/srv/wheelhouse/lmcache")) if p.key == "vllm_version"]
+
+
+def test_an_unmeasured_torch_pairing_stays_a_plan_warning(
+        make_inventory: InventoryFactory) -> None:
+    """torch 2.7 (vLLM 0.10.0/0.10.1) was never checked against LMCache 0.5.6's wheel: a
+    warning, not a refusal (compat.yaml build_torch_breaks names only measured breaks)."""
+    site = open_site(str(make_inventory(one_host(
+        vllm_accelerator="cuda", vllm_version="0.10.1", vllm_model="Qwen/Qwen3-8B"))))
+    warnings = build_plan(site).warnings
+    assert any("built against torch 2.13, vLLM 0.10.1 pins torch 2.7" in w and
+               "not checked for this pair" in w for w in warnings), warnings
 
 
 # --- 4. the server's L1 ---------------------------------------------------------------------

@@ -53,15 +53,34 @@ def test_breakeven_tokens_is_where_the_plan_table_turns() -> None:
         QWEN32, c.model_copy(update={"deploykit_storage_gbps": 10_000})) == 0
 
 
+# both inputs of the break-even measured (bench storage, bench/gpu-prefill.py)
+MEASURED = {"deploykit_storage_gbps": 25.0, "vllm_prefill_tflops": 494.5}
+
+
 def test_in_process_gpu_hosts_get_the_groups_breakeven_in_whole_chunks(
         make_inventory: InventoryFactory) -> None:
-    cfg = _config(make_inventory, lmcache_chunk_size=256)
+    cfg = _config(make_inventory, lmcache_chunk_size=256, **MEASURED)
     tokens = cfg["min_retrieve_tokens"]
     assert tokens % 256 == 0 and 16384 < tokens < 32768 + 256
     assert "min_retrieve_tokens" not in cfg.get("extra_config", {})  # LMCache reads it on top
-    # the MI300X host (gpu2, rocm) recomputes faster per device... its own group, its own value
-    other = _config(make_inventory, host="gpu2", lmcache_chunk_size=256)["min_retrieve_tokens"]
-    assert other != tokens
+    # a host that recomputes twice as fast breaks even later: its own value
+    faster = _config(make_inventory, lmcache_chunk_size=256,
+                     **(MEASURED | {"vllm_prefill_tflops": 989.0}))["min_retrieve_tokens"]
+    assert faster > tokens
+
+
+@pytest.mark.parametrize("measured", [{}, {"deploykit_storage_gbps": 25.0},
+                                      {"vllm_prefill_tflops": 494.5}])
+def test_a_breakeven_from_a_guess_is_not_rendered_and_plan_shows_it(
+        make_inventory: InventoryFactory, measured: dict[str, float]) -> None:
+    """With a guessed input (the 50 % MFU, the 25 Gbit/s default) LMCache keeps its own 0:
+    the guess gave Gaudi3 87,296 tokens, over the seed's 20K-token RAG prompts."""
+    assert "min_retrieve_tokens" not in _config(make_inventory, **measured)
+    site = open_site(str(make_inventory(vllm=INPROCESS | measured)))
+    [group] = [g for g in build_plan(site).serving_groups if "gpu1" in g.hosts]
+    assert not group.min_retrieve_tokens
+    assert 16384 < group.retrieve_advice["gpu1"] < 32768 + 256
+    assert len(group.unmeasured) == 2 - len(measured)
 
 
 def test_an_explicit_value_wins_and_zero_reads_every_hit(
@@ -92,18 +111,24 @@ def test_cpu_hosts_need_a_measured_prefill_rate() -> None:
     assert breakeven.breakeven_tokens(QWEN32, slow) == 0
     assert breakeven.min_retrieve_tokens(slow, QWEN32) is None
     fast = c.model_copy(update={"vllm_prefill_tflops": 900.0})
-    assert (breakeven.min_retrieve_tokens(fast, QWEN32) or 0) > 0
+    assert breakeven.min_retrieve_tokens(fast, QWEN32) is None  # the bandwidth is a guess
+    measured = HostConfig.model_validate({**fast.model_dump(exclude_unset=True),
+                                          "deploykit_storage_gbps": 25.0})
+    assert (breakeven.min_retrieve_tokens(measured, QWEN32) or 0) > 0
 
 
-def test_the_example_renders_it_on_its_gpu_hosts_and_plan_says_so() -> None:
+def test_the_example_renders_none_above_the_seeds_rag_prompt_and_plan_advises() -> None:
+    """The example measures neither input: no host skips a hit, so the seed's ~20K-token
+    RAG prefixes read from S3 everywhere; plan shows each group's break-even as advice."""
     site = open_site(str(REPO / "inventory" / "example"))
     tree = render_site(site)
     for host in site.group("vllm"):
         cfg = yaml.safe_load(tree[host.name][LMCACHE].content)
-        assert cfg["min_retrieve_tokens"] > 0, host.name
+        assert cfg.get("min_retrieve_tokens", 0) <= 20_000, host.name
     plan = build_plan(site)
-    shown = {h: t for g in plan.serving_groups for h, t in g.min_retrieve_tokens.items()}
-    assert set(shown) == {h.name for h in site.group("vllm")}
+    advice = {h: t for g in plan.serving_groups for h, t in g.retrieve_advice.items()}
+    assert set(advice) == {h.name for h in site.group("vllm")}
+    assert advice["gaudi3-1"] == 87_296 and advice["gpu-h100-1"] == 19_712
 
 
 @pytest.mark.parametrize(("extra", "key", "text"), [
@@ -138,7 +163,7 @@ def test_verify_probes_carry_more_than_min_retrieve_tokens(
     would read 0 on a healthy in-process host unless their prefix is at least that long."""
     from deploy_kit.verify.probes.cache_probe import hit_tokens
 
-    site = open_site(str(REPO / "inventory" / "example"))
+    site = open_site(str(make_inventory(vllm=INPROCESS | MEASURED)))
     hosts = site.group("vllm")
     for host in hosts:
         floor = breakeven.min_retrieve_tokens(host.config, host.geometry) or 0

@@ -210,7 +210,7 @@ def parse_errors(queries: list[str], tmp_path: Path) -> str:
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 GOLDEN_SITES = {"cpu-server": ("s3.cpu.test", 2), "disk-tier": ("s3.cephlab.com", 2),
                 "dram-only": ("s3.cephlab.com", 2), "legacy-versions": ("s3.old.test", 2),
-                "nixl-gpu-buffer": ("s3.cephlab.com", 2), "packages-static": ("s3.lab.test", 2)}
+                "nixl-obj": ("s3.cephlab.com", 2), "packages-static": ("s3.lab.test", 2)}
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN_SITES))

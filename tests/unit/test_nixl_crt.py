@@ -106,7 +106,7 @@ def test_deploykit_nixl_params_are_refused_in_the_passthrough(
 
 
 def test_the_nixl_golden_site_renders_the_crt_client() -> None:
-    tree = render_site(open_site("tests/golden/nixl-gpu-buffer/inventory"))
+    tree = render_site(open_site("tests/golden/nixl-obj/inventory"))
     for host in ("gpu1", "hpu1"):
         lm = yaml.safe_load(tree[host]["/etc/deploykit/lmcache.yaml"].content)
         assert int(lm["extra_config"]["nixl_backend_params"]["crtMinLimit"]) >= 5 * MIB

@@ -99,8 +99,10 @@ def test_kv_transfer_config_fields_accepted_by_pinned_vllm(
         assert set(config) <= compat.vllm(host.config.vllm_version).kv_transfer_fields
         assert config["kv_connector"] == "LMCacheConnectorV1" and config["kv_port"] == 15000
         assert "--rope-scaling" not in argv
-        # vLLM 0.34's default (config/cache.py DEFAULT_BLOCK_SIZE), pinned explicitly
-        assert argv[argv.index("--block-size") + 1] == "64"
+        # the row's default (config/cache.py DEFAULT_BLOCK_SIZE: 16 in the CUDA default
+        # 0.32, 64 in ROCm's 0.34), pinned explicitly
+        expected = {"cuda": "16", "rocm": "64"}[str(host.config.vllm_accelerator)]
+        assert argv[argv.index("--block-size") + 1] == expected, host.name
 
 
 def test_gaudi_gets_its_block_size_and_env(make_inventory: InventoryFactory) -> None:

@@ -263,8 +263,10 @@ def test_two_models_may_share_a_site_each_agreeing_with_itself(
         **TWO_MODELS, "host_vars/gpu1.yml": "vllm_python_hash_seed: 1\n"}))
     assert seed == []  # each model has one host: nothing to disagree with
     hosts = {"all": {"children": {**BASE_HOSTS["all"]["children"], "vllm": {"hosts": {
-        "gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda"},
-        "gpu2": {"ansible_host": "10.0.1.2", "vllm_accelerator": "cuda"},
+        "gpu1": {"ansible_host": "10.0.1.1", "vllm_accelerator": "cuda",
+                 "vllm_max_model_len": 32768},
+        "gpu2": {"ansible_host": "10.0.1.2", "vllm_accelerator": "cuda",
+                 "vllm_max_model_len": 32768},
         "gpu3": {"ansible_host": "10.0.1.3", "vllm_accelerator": "cuda",
                  "vllm_model": "Qwen/Qwen3-8B", "vllm_python_hash_seed": 5}}}}}}
     found = _problems(make_inventory(hosts=hosts, files=TWO_MODELS))

@@ -18,7 +18,7 @@ from tests.conftest import REPO
 GOLDEN = REPO / "tests" / "golden"
 CPU_SERVER = GOLDEN / "cpu-server" / "inventory"
 EXAMPLE = REPO / "inventory" / "example"
-NIXL = GOLDEN / "nixl-gpu-buffer" / "inventory"
+NIXL = GOLDEN / "nixl-obj" / "inventory"
 
 
 def plan_of(inventory: Path, host: str) -> ServingHost:
@@ -59,7 +59,7 @@ def test_a_cuda_inprocess_host() -> None:
         [("vllm", 8000, (), "gpu1")]
     assert plan.lmcache_units == ["vllm"] and plan.lmcache_server_ports == []
     assert plan.lmcache_env_paths == ["/etc/deploykit/vllm.env"]
-    files = rendered("nixl-gpu-buffer", "gpu1")
+    files = rendered("nixl-obj", "gpu1")
     assert plan.lmcache_config_path in files
     assert plan.lmcache_server_env_path not in files
 

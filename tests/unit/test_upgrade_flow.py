@@ -24,7 +24,9 @@ from deploy_kit.ops.site import open_site
 from deploy_kit.plan import upgrade as up
 from tests.conftest import InventoryFactory
 
-SERVING_VARS = {"vllm_accelerator": "cuda", "vllm_model": "Qwen/Qwen3-8B"}
+# vLLM 0.33/0.34 on CUDA pin torch 2.14: the site brings an LMCache built against it
+SERVING_VARS = {"vllm_accelerator": "cuda", "vllm_model": "Qwen/Qwen3-8B",
+                "lmcache_wheel_dir": "/srv/wheelhouse/lmcache-torch214"}
 
 # a Consul newer than deploykit's pin needs the site's own sha256 (docs/dns.md)
 CONSUL_117_SHA = "0" * 64
@@ -145,7 +147,10 @@ def test_every_field_of_an_object_name_is_covered_by_the_key_space_settings() ->
 def test_which_setting_changes_start_a_new_key_space(
         make_inventory: InventoryFactory, setting: str, before: Any, after: Any,
         cold: bool) -> None:
-    extra = {"vllm_accelerator_count": 2} if setting == "vllm_tensor_parallel_size" else {}
+    extra: dict[str, Any] = \
+        {"vllm_accelerator_count": 2} if setting == "vllm_tensor_parallel_size" else {}
+    if setting == "vllm_model":  # Qwen3-32B at TP 1 on an H100: 32K beside its CUDA graphs
+        extra["vllm_max_model_len"] = 32768
     old = fleet(make_inventory, 2, **extra, **{setting: before})
     new = fleet(make_inventory, 2, **extra, **{setting: after})
     found = up.detect(new, records(old))

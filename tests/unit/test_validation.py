@@ -47,7 +47,8 @@ CPU = {"vllm_accelerator": "cpu", "vllm_version": "0.32.0", "lmcache_topology": 
     ({"vllm": {"lmcache_extra_config": {"save_chunk_meta": True}}},
      "lmcache_extra_config.save_chunk_meta", "must be false"),
     ({"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_device": "cuda",
-               "lmcache_nixl_buffer_size": 1000}}, "lmcache_nixl_buffer_size",
+               "lmcache_nixl_backend": "GDS", "lmcache_nixl_buffer_size": 1000}},
+     "lmcache_nixl_buffer_size",
      "not a multiple of the chunk object size"),
     ({"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_size": 1 << 30}},
      "lmcache_nixl_buffer_size", "must not be set"),
@@ -103,8 +104,9 @@ def test_rule_fails(make_inventory: InventoryFactory, group_vars: dict, key: str
     {"vllm": {"lmcache_extra_config": {"x_site_tag": "a"},
               "lmcache_s3_num_io_threads": 32}},
     {"vllm": {"lmcache_version": "0.3.10", "lmcache_s3_max_inflight_reqs": 32}},
+    # GDS registers VRAM (OBJ does not: rules_lmcache nixl_buffer_aligned)
     {"vllm": {"lmcache_mode": "nixl", "lmcache_nixl_buffer_device": "cuda",
-              "lmcache_nixl_buffer_size": 33554432 * 4}},
+              "lmcache_nixl_backend": "GDS", "lmcache_nixl_buffer_size": 33554432 * 4}},
     {"ceph_admin": {"ceph_rgw_pools_list": [{"name": "p", "pg_num": 128, "size": 3,
                                              "min_size": 2}]}},
     {"rgw": {"ceph_rgw_count_per_host": 4, "ceph_rgw_host_cpus": 4}},
@@ -195,9 +197,11 @@ def test_cpu_rule_passes(make_inventory: InventoryFactory, group_vars: dict) -> 
     assert problems(make_inventory, cpu_hosts(), vllm=group_vars) == []
 
 
-def test_gpu_host_on_a_cpu_only_vllm_is_refused(make_inventory: InventoryFactory) -> None:
-    found = problems(make_inventory, vllm={"vllm_version": "0.32.0"})
-    assert any(p.key == "vllm_version" and "has no cuda build" in p.message for p in found)
+def test_gpu_host_on_a_vllm_without_its_build_is_refused(
+        make_inventory: InventoryFactory) -> None:
+    found = problems(make_inventory, vllm={"vllm_version": "0.32.0"})  # cuda and cpu only
+    assert any(p.key == "vllm_version" and "has no rocm build" in p.message and
+               p.hosts == ("gpu2",) for p in found)
 
 
 def test_every_number_a_setting_takes_is_bounded_both_ways() -> None:

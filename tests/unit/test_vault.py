@@ -217,7 +217,8 @@ def test_an_ini_inventory_read_by_ansible_matches_ids_too(make_inventory: Invent
     (root / "hosts.yml").unlink()
     (root / "hosts.ini").write_text(
         "[rgw]\nrgw1 ansible_host=10.0.0.11\n[vllm]\ngpu1 ansible_host=10.0.1.1 "
-        "vllm_accelerator=cuda\n[dns]\ndns1 ansible_host=10.0.0.31\n[consul_servers]\n"
+        "vllm_accelerator=cuda vllm_max_model_len=32768\n[dns]\ndns1 ansible_host=10.0.0.31\n"
+        "[consul_servers]\n"
         "c1 ansible_host=10.0.0.21\n[ceph_admin]\nadm1 ansible_host=10.0.0.10\n")
     pw = password_file(tmp_path)
     secrets = load_secrets(parse_identities(["dev@" + str(password_file(tmp_path, "d", "x")),
