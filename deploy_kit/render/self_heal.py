@@ -88,20 +88,25 @@ def lease_key(host: Host) -> str:
     return s3_identities.lease_prefix(slug) + LEASE_NAME
 
 
-# the last site's lease groups: every host's render asks, so they are counted once per site
-_groups: tuple[Site, dict[str, list[Host]]] | None = None
+# the last site's lease groups and their slots: every host's render asks, so each is worked
+# out once per site
+_groups: tuple[Site, dict[str, list[Host]], dict[str, int]] | None = None
 
 
-def lease_group(site: Site, host: Host) -> list[Host]:
-    """The hosts that share this host's lease (its model's agents in its failure domain)."""
+def _leases(site: Site) -> tuple[dict[str, list[Host]], dict[str, int]]:
     global _groups
     if _groups is None or _groups[0] is not site:
         groups: dict[str, list[Host]] = {}
         for other in site.group("vllm"):
             if applies(other):
                 groups.setdefault(lease_key(other), []).append(other)
-        _groups = (site, groups)
-    return _groups[1].get(lease_key(host), [host])
+        _groups = (site, groups, {})
+    return _groups[1], _groups[2]
+
+
+def lease_group(site: Site, host: Host) -> list[Host]:
+    """The hosts that share this host's lease (its model's agents in its failure domain)."""
+    return _leases(site)[0].get(lease_key(host), [host])
 
 
 def sized_slots(hosts: int, tolerated: int) -> int:
@@ -113,12 +118,15 @@ def sized_slots(hosts: int, tolerated: int) -> int:
 def slots(site: Site, host: Host) -> int:
     """Each pool's slots for this host's lease: lmcache_scheduled_restart_slots where a host
     of the lease sets it (the largest), else sized from the hosts sharing the lease."""
-    group = lease_group(site, host)
-    chosen = [h.config.lmcache_scheduled_restart_slots for h in group
-              if h.config.lmcache_scheduled_restart_slots is not None]
-    if chosen:
-        return max(chosen)
-    return sized_slots(len(group), min(h.config.vllm_serial for h in group))
+    key = lease_key(host)
+    groups, known = _leases(site)
+    if key not in known:
+        group = groups.get(key, [host])
+        chosen = [h.config.lmcache_scheduled_restart_slots for h in group
+                  if h.config.lmcache_scheduled_restart_slots is not None]
+        known[key] = max(chosen) if chosen else \
+            sized_slots(len(group), min(h.config.vllm_serial for h in group))
+    return known[key]
 
 
 def server_only_heal(host: Host) -> bool:
@@ -157,6 +165,12 @@ def lease_ttl(host: Host) -> int:
     return c.vllm_health_timeout * (len(vllm.host_instances(host)) + 1) + 300
 
 
+def lock_wait(host: Host) -> int:
+    """How long a run waits for a slot, s: 6 h (the scheduled restart follows RGW's 6-hour
+    lifecycle window, so the day's roll ends before the next one), or one restart if longer."""
+    return max(21600, lease_ttl(host))
+
+
 def agent_config(site: Site, host: Host) -> dict[str, Any]:
     """What the script acts on: its units and ports, the words, the S3 profile, the lease."""
     c = host.config
@@ -178,7 +192,7 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         "health_poll": 2,
         "backoff": c.lmcache_self_heal_backoff * 60,
         "backoff_cap": c.lmcache_self_heal_backoff * 60 * 16,
-        "lock_wait": max(21600, lease_ttl(host)),  # each waits its turn for the lease
+        "lock_wait": lock_wait(host),  # each waits its turn for a slot
         "lock_poll": 5,
         # a tripped host asks S3 every lock_poll for this long in one run (then the timer)
         "outage_wait": 600,
@@ -239,7 +253,7 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
             "lmcache-heal.service.j2", script=SCRIPT, mode="restart",
             identifier=IDENTIFIER, timeout=timeout,
             description="restart LMCache and vLLM after RGW's lifecycle window, a few hosts "
-                        "of the site at a time"), 0o644),
+                        "of each model at a time"), 0o644),
         RESTART_TIMER: (render_template(
             "lmcache-heal.timer.j2", interval=None, calendar=calendar(host),
             delay=host.config.lmcache_scheduled_restart_delay,
