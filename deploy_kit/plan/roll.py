@@ -1,12 +1,12 @@
-"""How long the daily scheduled restart (render/self_heal.py) takes across the site, against
-the time each host waits for its turn.
+"""How long the daily scheduled restart takes across the site, against the time each host
+waits for its turn.
 
-The scheduled restart of a host waits for one of its lease's restart slots for at most
-lock_wait (6 h unless one restart takes longer) and gives up for that day after it; so the
-hosts sharing a lease (a model's, in a failure domain) must all get through their slots in
-that window. A host's restart is its running instances one at a time behind their health
-gates (on CPU server hosts all at once with the server), so it takes about instances ×
-one instance's restart.
+The scheduled restart of a host (render/self_heal.py) waits for one of its lease's restart
+slots (plan/lease.py) for at most lock_wait (6 h unless one restart takes longer) and gives
+up for that day after it; so the hosts sharing a lease (a model's, in a failure domain) must
+all get through their slots in that window. A host's restart is its running instances one
+at a time behind their health gates (on CPU server hosts all at once with the server), so
+it takes about instances × one instance's restart.
 
 Nothing in deploykit measures one instance's restart yet, so the plan uses an estimate, per
 accelerator, that `journalctl -t deploykit-heal` (`heal-done ... seconds=`) can correct:
@@ -14,7 +14,7 @@ a start-up (runtime, compile, CUDA graph capture or Gaudi warm-up; START_S) plus
 weights of one device read at WEIGHTS_BYTES_PER_S. The figures are judgement, not
 measurement: vLLM on a 32B model starts in two to three minutes on H100 and MI300X once its
 compile cache is warm, and vllm-gaudi's warm-up of its shape buckets takes ten minutes or
-more (the review's "10–20 min per 4-instance host" for the example, issue 45)."""
+more (the 2026-12-07 review's "10–20 min per 4-instance host" for the example)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ import heapq
 import math
 from dataclasses import dataclass
 
+from deploy_kit.config.instances import instance_count
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.geometry import weight_bytes
+from deploy_kit.plan import lease
 from deploy_kit.plan.serving import accelerator_of, serving_host
-from deploy_kit.render import self_heal, vllm
 
 GIB = 1 << 30
 # one instance's start-up before it answers /health, s (estimates: see the module's text)
@@ -68,7 +69,7 @@ def host_seconds(host: Host) -> int:
     one, then each instance behind its gate; a CPU server host's instances restart with
     the server, at once."""
     one = instance_seconds(host)
-    count = len(vllm.host_instances(host))
+    count = instance_count(host.config)
     served = serving_host(host)
     if served.restarts_with_server:
         return SERVER_S + one
@@ -102,18 +103,18 @@ def rolls(site: Site) -> list[RollPlan]:
     out = []
     seen: set[int] = set()
     for host in site.group("vllm"):
-        if id(host) in seen or not self_heal.applies(host):
+        if id(host) in seen or not lease.applies(host):
             continue
-        shared = self_heal.lease_group(site, host)
+        shared = lease.lease_group(site, host)
         seen |= {id(h) for h in shared}
-        group = [h for h in shared if self_heal.restart_enabled(site, h)]
+        group = [h for h in shared if lease.restart_enabled(site, h)]
         if not group:
             continue
         host = group[0]
-        slots = self_heal.slots(site, host)
+        slots = lease.slots(site, host)
         each = {h.name: host_seconds(h) for h in group}
         times = list(each.values())
-        window = max(self_heal.lock_wait(h) for h in group)
+        window = max(lease.lock_wait(h) for h in group)
         needed = slots_needed(times, window)
         longest = max(times)
         slowest = next(h for h in group if each[h.name] == longest)

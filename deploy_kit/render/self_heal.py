@@ -24,13 +24,13 @@ it by creating the next number while the newest is free or expired, and frees it
 overwriting its own. Nothing is deleted (the serving identity has no delete right; lifecycle
 expiry removes old numbers).
 
-Two pools of `slots` slots each (slots(): ceil(hosts sharing the lease / 10), at most
+Two pools of `slots` slots each (plan/lease.py: ceil(hosts sharing the lease / 10), at most
 vllm_serial, the hosts the site lets restart at once; lmcache_scheduled_restart_slots
 overrides): `restart-<k>` for the scheduled restarts and `heal-<k>` for the breaker heals.
 A heal never takes, or waits for, a restart slot, and a scheduled restart does not start
 while any heal slot is held: a tripped breaker never queues behind the daily roll. The
 inventory has no rack, zone or row field, so the site is one failure domain (DOMAIN); the
-keys already carry it. Why not a Consul lock: serving hosts run no Consul agent, the
+keys already carry it (plan/lease.py). Why not a Consul lock: serving hosts run no Consul agent, the
 servers' HTTP API listens on loopback only, and a site in static DNS mode has no Consul at
 all; every serving host can reach S3 with the keys it already holds, and a heal needs S3 back
 anyway (the lease's read is the reachability probe: S3 answers a signed request through the
@@ -43,9 +43,18 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from deploy_kit.agents import lmcache_heal
-from deploy_kit.config import names, s3_identities
+from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.patterns import REREGISTERED, S3_LOG_PATTERNS
+from deploy_kit.plan.lease import (
+    DOMAIN,
+    applies,
+    lease_key,
+    lease_ttl,
+    lock_wait,
+    restart_enabled,
+    slots,
+)
 from deploy_kit.render import lmcache_server, monitoring, vllm
 
 # the agent, as the serving role installs it, and its settings, as the render writes them
@@ -59,14 +68,7 @@ UNITS = (HEAL_UNIT, HEAL_TIMER, RESTART_UNIT, RESTART_TIMER)
 STATE = "/var/lib/deploykit/lmcache-heal.json"
 # the journal's SYSLOG_IDENTIFIER of every record (journalctl -t deploykit-heal)
 IDENTIFIER = "deploykit-heal"
-# the lease object in the cache bucket, under its model's prefix (lease_key); no LMCache key
-# starts with it (cache/keys.py)
-LEASE_NAME = "serving-restart"
 HEAL_INTERVAL_S = 30
-# the failure domain in the lease keys: the inventory knows no rack or zone, so one
-DOMAIN = "site"
-# hosts per slot before another is added (slots())
-HOSTS_PER_SLOT = 10
 # a trip of a unit the last heal restarted, seen within this many seconds of that heal's end,
 # means the heal did not hold (storage still fails for LMCache): only then the backoff grows
 SETTLE_S = 120
@@ -81,54 +83,6 @@ REREGISTER_WAIT_S = 60
 DEFAULT_CALENDAR = "*-*-* 06:00:00"
 
 
-def lease_key(host: Host) -> str:
-    """The lease of this host's model (its slots are under it, by failure domain)."""
-    c = host.config
-    slug = s3_identities.serving_slug(c.ceph_rgw_s3_user, s3_identities.model_key(c))
-    return s3_identities.lease_prefix(slug) + LEASE_NAME
-
-
-# the last site's lease groups and their slots: every host's render asks, so each is worked
-# out once per site
-_groups: tuple[Site, dict[str, list[Host]], dict[str, int]] | None = None
-
-
-def _leases(site: Site) -> tuple[dict[str, list[Host]], dict[str, int]]:
-    global _groups
-    if _groups is None or _groups[0] is not site:
-        groups: dict[str, list[Host]] = {}
-        for other in site.group("vllm"):
-            if applies(other):
-                groups.setdefault(lease_key(other), []).append(other)
-        _groups = (site, groups, {})
-    return _groups[1], _groups[2]
-
-
-def lease_group(site: Site, host: Host) -> list[Host]:
-    """The hosts that share this host's lease (its model's agents in its failure domain)."""
-    return _leases(site)[0].get(lease_key(host), [host])
-
-
-def sized_slots(hosts: int, tolerated: int) -> int:
-    """Slots for `hosts` sharing a lease: one per HOSTS_PER_SLOT (rounded up), at least one,
-    never more than the hosts the site lets restart at once (vllm_serial)."""
-    return max(1, min(-(-hosts // HOSTS_PER_SLOT), tolerated, hosts))
-
-
-def slots(site: Site, host: Host) -> int:
-    """Each pool's slots for this host's lease: lmcache_scheduled_restart_slots where a host
-    of the lease sets it (the largest), else sized from the hosts sharing the lease."""
-    key = lease_key(host)
-    groups, known = _leases(site)
-    if key not in known:
-        group = groups.get(key, [host])
-        chosen = [h.config.lmcache_scheduled_restart_slots for h in group
-                  if h.config.lmcache_scheduled_restart_slots is not None]
-        known[key] = max(chosen) if chosen else \
-            sized_slots(len(group), min(h.config.vllm_serial for h in group))
-    return known[key]
-
-
 def server_only_heal(host: Host) -> bool:
     """A breaker heal restarts the LMCache server alone (GPU hosts of the server topology):
     the breaker is in that process, and vLLM's LMCacheMPConnector outlives it. Not on CPU
@@ -137,38 +91,12 @@ def server_only_heal(host: Host) -> bool:
         and host.config.lmcache_self_heal_server_only
 
 
-def applies(host: Host) -> bool:
-    """A serving host whose LMCache has an S3 tier (s3, nixl): a breaker and a record."""
-    return "vllm" in host.groups and host.config.lmcache_mode in ("s3", "nixl")
-
-
 def heal_enabled(host: Host) -> bool:
     return applies(host) and host.config.lmcache_self_heal
 
 
-def restart_enabled(site: Site, host: Host) -> bool:
-    """No lifecycle expiry (days 0, a site-wide value): nothing expires under a running
-    process."""
-    return applies(host) and host.config.lmcache_scheduled_restart \
-        and site.settings.ceph_rgw_s3_lifecycle_days > 0
-
-
 def calendar(host: Host) -> str:
     return host.config.lmcache_scheduled_restart_calendar or DEFAULT_CALENDAR
-
-
-def lease_ttl(host: Host) -> int:
-    """Longer than the longest restart the holder may make: every unit one after another,
-    each up to its health timeout. A holder that died leaves a lease the next one takes
-    over after this."""
-    c = host.config
-    return c.vllm_health_timeout * (len(vllm.host_instances(host)) + 1) + 300
-
-
-def lock_wait(host: Host) -> int:
-    """How long a run waits for a slot, s: 6 h (the scheduled restart follows RGW's 6-hour
-    lifecycle window, so the day's roll ends before the next one), or one restart if longer."""
-    return max(21600, lease_ttl(host))
 
 
 def agent_config(site: Site, host: Host) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import pytest
 
 from deploy_kit.agents import lmcache_heal
 from deploy_kit.ops.site import open_site
+from deploy_kit.plan import lease
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render import self_heal
 from deploy_kit.render.files import render_site
@@ -476,9 +477,9 @@ def test_a_heal_that_did_not_hold_backs_off_and_the_backoff_grows(cpu_server: Ag
 
 
 def test_a_new_outage_after_a_heal_that_held_heals_at_once(cpu_server: Agent) -> None:
-    """The lab's case (issue 45): a heal 89 s after a trip, a second outage four minutes
-    later trips the new process again. Storage is back, so the heal starts at once, with no
-    backoff for the heal a few minutes earlier."""
+    """The lab's measured case (the 2026-12-07 review): a heal 89 s after a trip, then a
+    second outage four minutes later trips the new process again. Storage is back, so the
+    heal starts at once, with no backoff for the heal a few minutes earlier."""
     cpu_server.logs("lmcache-server", BREAKER)
     cpu_server.run()
     _age_last_heal(cpu_server, 240)
@@ -1043,7 +1044,7 @@ def test_a_waiting_scheduled_restart_leaves_this_hosts_heal_free(
 ])
 def test_slots_are_sized_from_the_hosts_and_capped_by_what_the_site_tolerates(
         hosts: int, serial: int, slots: int) -> None:
-    assert self_heal.sized_slots(hosts, serial) == slots
+    assert lease.sized_slots(hosts, serial) == slots
 
 
 def test_the_render_sizes_the_slots_from_the_hosts_sharing_the_lease(
