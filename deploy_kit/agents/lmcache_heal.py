@@ -8,11 +8,13 @@
   restart  restart this host's LMCache and vLLM (deploykit-lmcache-restart.timer, after each
            RGW lifecycle window: LMCache trusts its record of what S3 stores until then)
 
-One host of the site at a time: a lease in the cache bucket, numbered objects each created
-with If-None-Match: * (RGW refuses a second create of the same key), the newest one holding
-it until its holder marks it free, once every instance's /health answers again. Each
-restart is a journal record (journalctl -t deploykit-heal) and node exporter textfile
-metrics (deploykit_lmcache_heals_total).
+A few hosts of the model at a time: slots of a lease in the cache bucket, each slot a run of
+numbered objects created with If-None-Match: * (RGW refuses a second create of the same
+key), its newest one holding the slot until its holder marks it free, once every instance's
+/health answers again. Heals and scheduled restarts have a pool each, and a scheduled
+restart does not start while a heal holds a slot. Each restart is a journal record
+(journalctl -t deploykit-heal) and node exporter textfile metrics
+(deploykit_lmcache_heals_total).
 
 What this host acts on (its units and ports, the words, the S3 profile, the lease) is the
 JSON file CONFIG, written by the render (render/self_heal.py agent_config). The serving role
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -104,16 +107,20 @@ def breaker_line(unit: str, state: dict[str, Any]) -> str | None:
     return found
 
 
-# --- the lease: one host of the site restarts at a time ---------------------------------
+# --- the lease: a few hosts of the model restart at a time ---------------------------------
 
 class Unreachable(Exception):
     """S3 does not answer: storage is not back."""
 
 
-# Lease objects are written by every serving identity of the site, so none is trusted as it
-# is: only keys `<lease_key>.<12 ASCII digits>` count, a record is read to at most
-# MAX_LEASE_BYTES, and one that is not {host: a short host name, expires: a time no further
-# than lease_ttl ahead, ...} holds nothing (lease(): None).
+# Two pools of C["slots"] slots each under `<lease_key>/<domain>/`: `restart-<k>` for the
+# scheduled restarts, `heal-<k>` for the breaker heals. A slot is a run of numbered objects
+# `<slot>.<12 ASCII digits>`, the newest one its lease. Lease objects are written by every
+# serving identity of the model, so none is trusted as it is: only keys of a slot of this
+# host's pools count, a record is read to at most MAX_LEASE_BYTES, and one that is not
+# {host: a short host name, expires: a time no further than lease_ttl ahead, ...} holds
+# nothing (lease(): None).
+POOLS = ("restart", "heal")
 LEASE_NUMBER = re.compile(r"[0-9]{12}")
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 MAX_LEASE_BYTES = 4096
@@ -143,6 +150,17 @@ def lease(record: Any, now: float) -> dict[str, Any] | None:
     reason = record.get("reason")
     return {"host": host, "expires": float(expires), "since": float(since),
             "reason": reason if isinstance(reason, str) else ""}
+
+
+def held_by_other(record: dict[str, Any] | None, now: float) -> bool:
+    """A trusted record of another host's lease that has not expired."""
+    return bool(record and record["host"] and record["host"] != C["host"]
+                and record["expires"] > now)
+
+
+def held(record: dict[str, Any] | None, now: float) -> bool:
+    """A trusted record of a lease (any host's, this one's too) that has not expired."""
+    return bool(record and record["host"] and record["expires"] > now)
 
 
 def s3() -> Any:
@@ -176,10 +194,26 @@ def _call(method: Callable[..., Any], **kwargs: Any) -> tuple[int, Any]:
         raise Unreachable(type(exc).__name__) from exc
 
 
-def current(client: Any) -> tuple[int, dict[str, Any] | None]:
-    """The newest lease key and its record: (n, record), (0, None) when there is none.
-    Keys are numbered; each restart creates the next one, never deletes (lifecycle expiry
-    removes old ones), so the serving identity needs no delete right."""
+def slot_key(pool: str, k: int) -> str:
+    return f"{C['lease_key']}/{C['domain']}/{pool}-{k:d}"
+
+
+def lease_key(slot: str, n: int) -> str:
+    return f"{slot}.{n:012d}"
+
+
+def slot_order(pool: str) -> list[str]:
+    """The pool's slots, starting at one of this host's own: hosts try them in different
+    orders, so few race for the same number."""
+    count = max(1, int(C["slots"]))
+    first = zlib.crc32(C["host"].encode()) % count
+    return [slot_key(pool, (first + i) % count) for i in range(count)]
+
+
+def list_keys(client: Any, prefix: str) -> list[str]:
+    """Every key under prefix. Keys are numbered; each restart creates the next one, never
+    deletes (lifecycle expiry removes old ones), so the serving identity needs no delete
+    right."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     keys: list[str] = []
@@ -187,8 +221,7 @@ def current(client: Any) -> tuple[int, dict[str, Any] | None]:
     try:
         for _ in range(MAX_LEASE_PAGES):
             extra: dict[str, str] = {"ContinuationToken": token} if token else {}
-            page = client.list_objects_v2(Bucket=C["bucket"], Prefix=C["lease_key"] + ".",
-                                          **extra)
+            page = client.list_objects_v2(Bucket=C["bucket"], Prefix=prefix, **extra)
             keys += [str(o.get("Key", "")) for o in page.get("Contents", [])
                      if isinstance(o, dict)]
             if not page.get("IsTruncated"):
@@ -201,22 +234,35 @@ def current(client: Any) -> tuple[int, dict[str, Any] | None]:
         raise Unreachable(f"HTTP {status} listing the lease") from exc
     except BotoCoreError as exc:
         raise Unreachable(type(exc).__name__) from exc
-    prefix = C["lease_key"] + "."
-    numbers = [int(k[len(prefix):]) for k in keys
-               if k.startswith(prefix) and LEASE_NUMBER.fullmatch(k[len(prefix):])]
-    if not numbers:
-        return 0, None
-    n = max(numbers)
-    return n, read_lease(client, n)
+    return [k for k in keys if k.startswith(prefix)]
 
 
-def lease_key(n: int) -> str:
-    return f"{C['lease_key']}.{n:012d}"
+def numbers(keys: list[str], slots: set[str]) -> dict[str, int]:
+    """The newest number of each slot in `slots` that `keys` hold."""
+    newest: dict[str, int] = {}
+    for key in keys:
+        slot, _, number = key.rpartition(".")
+        if slot in slots and LEASE_NUMBER.fullmatch(number):
+            newest[slot] = max(newest.get(slot, 0), int(number))
+    return newest
 
 
-def read_lease(client: Any, n: int) -> dict[str, Any]:
-    """Lease number n as lease() trusts it; {} when it is missing or untrusted."""
-    status, got = _call(client.get_object, Key=lease_key(n))
+def survey(client: Any) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Every slot of both pools that has a number: slot -> (its newest number, that record
+    as read_lease trusts it). One listing for all of them."""
+    slots = {slot_key(pool, k) for pool in POOLS for k in range(max(1, int(C["slots"])))}
+    newest = numbers(list_keys(client, f"{C['lease_key']}/{C['domain']}/"), slots)
+    return {slot: (n, read_lease(client, slot, n)) for slot, n in sorted(newest.items())}
+
+
+def newest(client: Any, slot: str) -> int:
+    """The newest number of one slot (0: none)."""
+    return numbers(list_keys(client, slot + "."), {slot}).get(slot, 0)
+
+
+def read_lease(client: Any, slot: str, n: int) -> dict[str, Any]:
+    """Number n of a slot as lease() trusts it; {} when it is missing or untrusted."""
+    status, got = _call(client.get_object, Key=lease_key(slot, n))
     if status == 404:
         return {}
     if status != 200:
@@ -228,47 +274,60 @@ def read_lease(client: Any, n: int) -> dict[str, Any]:
         close = getattr(body, "close", None)
         if close is not None:
             close()
+    name = slot.rpartition("/")[2]
     if len(data) > MAX_LEASE_BYTES:
-        log("lease-untrusted", number=n, why="too_long")
+        log("lease-untrusted", slot=name, number=n, why="too_long")
         return {}
     try:
         record = lease(json.loads(data or b"{}"), time.time())
     except (ValueError, RecursionError):
         record = None
     if record is None:
-        log("lease-untrusted", number=n)
+        log("lease-untrusted", slot=name, number=n)
         return {}
     return record
 
 
-def acquire(client: Any, reason: str) -> int | dict[str, Any]:
-    """The lease key number this host now holds; else the holder's record."""
-    n, held = current(client)
+def acquire(client: Any, pool: str, reason: str,
+            taken: dict[str, tuple[int, dict[str, Any]]] | None = None
+            ) -> tuple[str, int] | dict[str, Any]:
+    """(slot, number) of the pool's slot this host now holds; else a holder's record."""
+    taken = survey(client) if taken is None else taken
     now = time.time()
-    if held and held["host"] and held["host"] != C["host"] and held["expires"] > now:
-        return held
-    if held and held["host"]:  # expired (its holder died mid-restart), or this host's own
-        log("lease-takeover", previous=held["host"], since=int(held["since"]))
-    body = json.dumps({"host": C["host"], "reason": reason, "since": now,
-                       "expires": now + C["lease_ttl"]}).encode()
-    status, _ = _call(client.put_object, Key=lease_key(n + 1), Body=body, IfNoneMatch="*",
-                      ContentType="application/json")
-    # read back: a store that ignored the condition would still show the last writer here
-    mine = read_lease(client, n + 1) if status == 200 else {}
-    if mine.get("host") == C["host"] and current(client)[0] == n + 1:
-        return n + 1
-    return current(client)[1] or {"host": "?", "status": status}
+    holders: list[dict[str, Any]] = []
+    for slot in slot_order(pool):
+        n, record = taken.get(slot, (0, {}))
+        if held_by_other(record, now):
+            holders.append(record)
+            continue
+        if record.get("host"):  # expired (its holder died mid-restart), or this host's own
+            log("lease-takeover", slot=slot.rpartition("/")[2], previous=record["host"],
+                since=int(record["since"]))
+        body = json.dumps({"host": C["host"], "reason": reason, "since": now,
+                           "expires": now + C["lease_ttl"]}).encode()
+        status, _ = _call(client.put_object, Key=lease_key(slot, n + 1), Body=body,
+                          IfNoneMatch="*", ContentType="application/json")
+        # read back: a store that ignored the condition would still show the last writer here
+        mine = read_lease(client, slot, n + 1) if status == 200 else {}
+        if mine.get("host") == C["host"] and newest(client, slot) == n + 1:
+            return slot, n + 1
+        # another host took this number first: its record, then the next slot
+        winner = newest(client, slot)
+        holders.append((read_lease(client, slot, winner) if winner else {})
+                       or {"host": "?", "status": status})
+    return holders[0] if holders else {"host": "?"}
 
 
-def release(client: Any, n: int) -> None:
-    """Free lease number n, only while this host holds it: a lease taken over after it
+def release(client: Any, slot: str, n: int) -> None:
+    """Free number n of a slot, only while this host holds it: a lease taken over after it
     expired is the new holder's."""
-    held = read_lease(client, n)
-    if held.get("host") != C["host"] or current(client)[0] != n:
-        log("lease-release-skipped", number=n, holder=held.get("host") or "-")
+    record = read_lease(client, slot, n)
+    if record.get("host") != C["host"] or newest(client, slot) != n:
+        log("lease-release-skipped", slot=slot.rpartition("/")[2], number=n,
+            holder=record.get("host") or "-")
         return
     body = json.dumps({"host": "", "released_by": C["host"], "at": time.time()}).encode()
-    status, _ = _call(client.put_object, Key=lease_key(n), Body=body,
+    status, _ = _call(client.put_object, Key=lease_key(slot, n), Body=body,
                       ContentType="application/json")
     if status != 200:
         log("lease-release-failed", status=status)
@@ -276,12 +335,16 @@ def release(client: Any, n: int) -> None:
 
 # --- the restart ---------------------------------------------------------------------------
 
-def healthy(port: int) -> bool:
+def answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port:d}/health", timeout=5) as answer:
+        with urllib.request.urlopen(url, timeout=5) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def healthy(port: int) -> bool:
+    return answers(f"http://127.0.0.1:{port:d}/health")
 
 
 def gate(instances: list[dict[str, Any]]) -> list[str]:
@@ -300,23 +363,81 @@ def restart_unit(unit: str) -> list[str]:
     return [] if result.returncode == 0 else [unit]
 
 
-def restart(units: list[str]) -> list[str]:
+def restart(units: list[str], reason: str = "scheduled") -> list[str]:
     """Restart `units` as the rolling play does (roles/serving/tasks/roll.yml): the server
     (on CPU hosts its instances require it and restart with it), then, where they do not,
-    each running instance behind its health gate, one at a time. The units that failed."""
+    each running instance behind its health gate, one at a time; a breaker heal of a GPU
+    server host restarts the server alone (heal_server). The units that failed."""
     running = [i for i in C["instances"] if invocation(i["unit"])]
     server = C["server"]
     if server and server in units:
+        if reason == "breaker" and C["server_only_heal"]:
+            return heal_server(server, running)
         failed = restart_unit(server)
         if failed or C["with_server"]:
             return failed + gate(running)
         units = [i["unit"] for i in running]
+    return roll(running, units)
+
+
+def roll(running: list[dict[str, Any]], units: list[str]) -> list[str]:
+    """Each running instance in `units`, one at a time behind its gate; the units that
+    failed."""
     for instance in running:
         if instance["unit"] in units:
             failed = restart_unit(instance["unit"]) or gate([instance])
             if failed:
                 return failed
     return []
+
+
+def heal_server(server: str, running: list[dict[str, Any]]) -> list[str]:
+    """The breaker is in the LMCache server (its S3 adapter), and vLLM's LMCacheMPConnector
+    outlives the server: it pings it every 10 s and, once a ping fails and a later one
+    answers, registers its KV caches with the new process (LMCache 0.5.6
+    vllm_multi_process_adapter.py, HeartbeatThread and _reregister_kv_caches_callback). So
+    the server stops long enough for every instance to see a ping fail (server_down), starts,
+    answers /healthcheck, and each instance must log its re-registration (one line per
+    worker) within reregister_wait; one that does not is restarted after all, behind its
+    gate. Meanwhile the instances serve on, recomputing what they would have loaded."""
+    since = int(time.time()) - 1
+    if run(["systemctl", "stop", server]).returncode != 0:
+        return [server]
+    time.sleep(C["server_down"])
+    if run(["systemctl", "start", server]).returncode != 0:
+        return [server]
+    url = f"http://127.0.0.1:{C['server_health_port']:d}/healthcheck"
+    deadline = time.monotonic() + C["health_timeout"]
+    while not answers(url):
+        if time.monotonic() >= deadline:
+            return [server]
+        time.sleep(C["health_poll"])
+    missing = stale(running, since)
+    if missing:
+        log("heal-widened", units=",".join(i["unit"] for i in missing),
+            why="no_reregistration")
+        failed = roll(missing, [i["unit"] for i in missing])
+        if failed:
+            return failed
+    return gate(running)
+
+
+def stale(running: list[dict[str, Any]], since: int) -> list[dict[str, Any]]:
+    """The instances that have not logged, since `since`, one re-registration per worker
+    within reregister_wait."""
+    rule = re.compile(C["reregister_pattern"])
+    deadline = time.monotonic() + C["reregister_wait"]
+    waiting = list(running)
+    while True:
+        for instance in list(waiting):
+            current = invocation(instance["unit"])
+            out = run(["journalctl", "_SYSTEMD_INVOCATION_ID=" + current, "--since",
+                       f"@{since:d}", "-o", "cat", "--no-pager", "-q"]).stdout if current else ""
+            if sum(1 for line in out.splitlines() if rule.search(line)) >= C["workers"]:
+                waiting.remove(instance)
+        if not waiting or time.monotonic() >= deadline:
+            return waiting
+        time.sleep(C["health_poll"])
 
 
 # --- state, backoff, records -------------------------------------------------------------
@@ -359,15 +480,31 @@ def save(state: dict[str, Any]) -> None:
     write(C["textfile"], "\n".join(out) + "\n")
 
 
-def backoff_left(state: dict[str, Any], now: float) -> float:
-    """Seconds before this host may heal again: backoff after one heal, doubled for each
-    further heal within backoff_cap, at most backoff_cap."""
-    recent = [t for t in state.get("breaker_heals", []) if now - t < C["backoff_cap"]]
-    state["breaker_heals"] = recent
-    if not recent:
+def streak(state: dict[str, Any], tripped: list[str]) -> int:
+    """Heals in a row that did not hold, this trip included: 0 when the last heal held.
+    A heal did not hold when its units failed their gate, or when a unit it restarted
+    logged the breaker again (its new process: breaker_line reads the current one) and
+    this trip was first seen within `settle` of that heal's end: storage still fails for
+    LMCache. A later trip is a new outage, whenever the last heal was."""
+    last = state.get("last_heal")
+    if not isinstance(last, dict):
         return 0
-    gap = min(C["backoff"] * 2 ** (len(recent) - 1), C["backoff_cap"])
-    left: float = max(0, max(recent) + gap - now)
+    again = set(tripped) & set(last.get("units", []))
+    seen = state.get("tripped_since", time.time())
+    if last.get("failed") or (again and seen - last.get("end", 0) < C["settle"]):
+        return int(last.get("streak", 0)) + 1
+    return 0
+
+
+def backoff_left(state: dict[str, Any], tripped: list[str], now: float) -> float:
+    """Seconds before this host may heal again: none after a heal that held; backoff after
+    one that did not, doubled for each further one in a row, at most backoff_cap, counted
+    from the end of the last heal."""
+    count = streak(state, tripped)
+    if not count:
+        return 0
+    gap = min(C["backoff"] * 2 ** (count - 1), C["backoff_cap"])
+    left: float = max(0, state["last_heal"].get("end", 0) + gap - now)
     return left
 
 
@@ -380,27 +517,39 @@ def note(state: dict[str, Any], reason: str, **fields: object) -> None:
 
 def heal_once(state: dict[str, Any], mode: str) -> bool | str:
     """One pass: True when it restarted, False when there is nothing to do, else why it
-    waits ("held": another host's lease; "unreachable": S3 does not answer). `heal`: the
-    tripped units, if any; `restart`: all."""
+    waits ("held": no slot free, or a heal holds one while this is a scheduled restart;
+    "unreachable": S3 does not answer). `heal`: the tripped units, if any, in the heal
+    pool; `restart`: all, in the restart pool, never while a heal holds a slot."""
     if mode == "heal":
         tripped = {u: line for u in C["breaker_units"] if (line := breaker_line(u, state))}
         if not tripped:
             state.pop("waiting", None)
+            state.pop("tripped_since", None)
             return False
-        left = backoff_left(state, time.time())
+        now = time.time()
+        state.setdefault("tripped_since", now)
+        left = backoff_left(state, list(tripped), now)
         if left > 0:
             note(state, "backoff", seconds=int(left))
             return False
-        reason, units = "breaker", list(tripped)
+        reason, pool, units = "breaker", "heal", list(tripped)
     else:
-        reason = "scheduled"
+        reason, pool = "scheduled", "restart"
         units = ([C["server"]] if C["server"] else []) + [i["unit"] for i in C["instances"]]
         if not any(invocation(u) for u in units):
             log("restart-skipped", reason="nothing_running")
             return False
     try:
         client = s3()
-        holder = acquire(client, reason)
+        taken = survey(client)
+        if pool == "restart":  # heals first: a scheduled restart does not start beside one
+            now = time.time()
+            healing = [r for slot, (_, r) in taken.items()
+                       if slot.rpartition("/")[2].startswith("heal-") and held(r, now)]
+            if healing:
+                note(state, "heal-first", by=healing[0]["host"])
+                return "held"
+        holder = acquire(client, pool, reason, taken)
     except Unreachable as exc:
         note(state, "s3-unreachable", error=exc)
         return "unreachable"
@@ -411,25 +560,30 @@ def heal_once(state: dict[str, Any], mode: str) -> bool | str:
     return restarted(state, client, holder, reason, units)
 
 
-def restarted(state: dict[str, Any], client: Any, holder: int, reason: str,
+def restarted(state: dict[str, Any], client: Any, holder: tuple[str, int], reason: str,
               units: list[str]) -> bool:
-    """Restart `units` holding lease number `holder`, record it, free the lease."""
+    """Restart `units` holding number n of a slot (`holder`), record it, free the slot."""
     start = time.time()
-    log("heal-start", reason=reason, units=",".join(units))
-    failed = restart(units)
+    count = streak(state, units) if reason == "breaker" else 0
+    log("heal-start", reason=reason, units=",".join(units),
+        slot=holder[0].rpartition("/")[2])
+    failed = restart(units, reason)
     end = time.time()
+    if reason == "breaker":
+        state["last_heal"] = {"end": end, "units": units, "failed": bool(failed),
+                              "streak": count}
+        state.pop("tripped_since", None)
     if failed:
-        # the lease stays (until lease_ttl): no other host goes down while this one is broken
+        # the slot stays held (until lease_ttl): no other host takes it while this one is
+        # broken, and no scheduled restart starts while it is a heal slot
         state.setdefault("failures", {})[reason] = state.get("failures", {}).get(reason, 0) + 1
         log("heal-failed", reason=reason, units=",".join(failed), seconds=int(end - start))
         return True
     state.setdefault("counts", {})[reason] = state.get("counts", {}).get(reason, 0) + 1
     state.setdefault("last", {})[reason] = end
-    if reason == "breaker":
-        state.setdefault("breaker_heals", []).append(end)
     log("heal-done", reason=reason, units=",".join(units), seconds=int(end - start))
     try:
-        release(client, holder)
+        release(client, *holder)
     except Unreachable as exc:  # it expires after lease_ttl
         log("lease-release-failed", error=exc)
     return True
@@ -439,32 +593,54 @@ def main(mode: str, config: str = CONFIG) -> None:
     if mode not in ("heal", "restart"):
         sys.exit("usage: lmcache-heal heal|restart")
     configure(config)
-    with open(C["local_lock"], "w") as lock:
-        # the heal and the scheduled restart, one at a time; a heal finding the other at work
-        # leaves it to it (that restart heals too)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (fcntl.LOCK_NB if mode == "heal" else 0))
-        except BlockingIOError:
-            return
-        state = load_state()
-        started = time.monotonic()
-        while True:
+    if mode == "heal":
+        with open(C["local_lock"], "w") as lock:
+            # the heal holds this host's lock for its whole run; a heal finding a restart at
+            # work leaves it to it (that restart heals too)
             try:
-                done = heal_once(state, mode)
-            except Exception as exc:  # a bad record or answer: this tick only, never the loop
-                log("heal-error", error=type(exc).__name__)
-                done = False
-            save(state)
-            # each waits its turn for the lease (the hosts a storage outage tripped heal one
-            # after another, not a timer tick apart), and a tripped host polls S3 so that it
-            # heals seconds after storage is back, not a tick later; a long outage goes
-            # back to the timer after outage_wait, a scheduled restart waits it out
-            waited = time.monotonic() - started
-            waits = done == "held" or (done == "unreachable" and
-                                       (mode == "restart" or waited < C["outage_wait"]))
-            if not waits or waited >= C["lock_wait"]:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
                 return
-            time.sleep(C["lock_poll"])
+            passes(mode, lambda: one_pass(mode))
+    else:
+        # a scheduled restart takes the lock only to look and to restart, never while it
+        # waits for a slot: a heal of this host never waits behind it
+        def locked() -> bool | str:
+            with open(C["local_lock"], "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return "held"  # this host's heal is at work
+                return one_pass(mode)
+        passes(mode, locked)
+
+
+def one_pass(mode: str) -> bool | str:
+    state = load_state()
+    try:
+        done = heal_once(state, mode)
+    except Exception as exc:  # a bad record or answer: this pass only, never the loop
+        log("heal-error", error=type(exc).__name__)
+        done = False
+    save(state)
+    return done
+
+
+def passes(mode: str, attempt: Callable[[], bool | str]) -> None:
+    """Pass after pass until done. Each waits its turn for a slot (the hosts a storage
+    outage tripped heal a few at a time, not a timer tick apart), and a tripped host polls
+    S3 so that it heals seconds after storage is back, not a tick later; a long outage goes
+    back to the timer after outage_wait, a scheduled restart waits it out."""
+    started = time.monotonic()
+    poll = C["lock_poll"] if mode == "heal" else C["restart_poll"]
+    while True:
+        done = attempt()
+        waited = time.monotonic() - started
+        waits = done == "held" or (done == "unreachable" and
+                                   (mode == "restart" or waited < C["outage_wait"]))
+        if not waits or waited >= C["lock_wait"]:
+            return
+        time.sleep(poll)
 
 
 if __name__ == "__main__":

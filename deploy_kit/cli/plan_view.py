@@ -12,6 +12,7 @@ from deploy_kit.console import human_bytes
 from deploy_kit.core.hostlist import compact_hosts, merge_per_host
 from deploy_kit.plan.breakeven import MAX_TOKENS
 from deploy_kit.plan.plan import Plan
+from deploy_kit.plan.roll import hours
 
 
 def _hosts(names: Iterable[str]) -> str:
@@ -122,6 +123,13 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
                           f"reads every hit): the break-even {tokens:,} rests on unmeasured "
                           f"{' and '.join(g.unmeasured)}; measure and set them, or set "
                           "lmcache_min_retrieve_tokens")
+    for daily in plan.restarts:
+        console.print(
+            f"[bold]Daily restart[/] of {daily.model} on {_hosts(daily.hosts)}: {daily.slots} "
+            f"host(s) at a time; about {hours(daily.host_seconds)} per host "
+            f"({hours(daily.instance_seconds)} per instance, estimated), the whole roll about "
+            f"{hours(daily.roll_seconds)} of the {hours(daily.window_seconds)} each host waits "
+            "for its turn" + ("" if daily.fits else " [yellow](does not fit)[/]"))
     console.print("[bold]Rollout[/]")
     for i, step in enumerate(plan.rollout, 1):
         serial = f" (serial {step.serial})" if step.serial else ""

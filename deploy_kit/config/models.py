@@ -484,14 +484,20 @@ class HostConfig(BaseModel):
     lmcache_server_mq_timeout: int = Field(default=120, ge=1, le=86400)
     # LMCache turns its S3 tier off for the life of the process after three connection
     # errors (its breaker): a timer on each serving host restarts a tripped process once S3
-    # answers again, one host of the site at a time (render/self_heal.py, docs/day2.md)
+    # answers again, a few hosts of the model at a time, ahead of any scheduled restart
+    # (render/self_heal.py, docs/day2.md)
     lmcache_self_heal: bool = True
-    # minutes between two heals of one host; doubled for each further heal within 16 times
-    # that, up to 16 times it
+    # minutes before healing a host again whose last heal did not hold (its gate failed, or
+    # a unit it restarted tripped again within 2 minutes); doubled for each further such
+    # heal, up to 16 times it. A trip later than that is a new outage: healed at once
     lmcache_self_heal_backoff: int = Field(default=10, ge=1, le=1440)
+    # server topology on GPU hosts: a breaker heal restarts the LMCache server alone (vLLM's
+    # LMCacheMPConnector re-registers with it; an instance that does not is restarted too);
+    # false: the server, then each instance, as the scheduled restart does
+    lmcache_self_heal_server_only: bool = True
     # a rolling restart of every serving host after each RGW lifecycle window, so no process
-    # trusts its record of an object lifecycle expiry deleted (docs/day2.md); one host of the
-    # site at a time, health-gated
+    # trusts its record of an object lifecycle expiry deleted (docs/day2.md); a few hosts of
+    # the model at a time (lmcache_scheduled_restart_slots), health-gated
     lmcache_scheduled_restart: bool = True
     # systemd OnCalendar of that restart; unset: daily at the end of RGW's lifecycle window
     # (rgw_lifecycle_work_time, 00:00-06:00 unless the cluster changed it)
@@ -500,6 +506,11 @@ class HostConfig(BaseModel):
         json_schema_extra={"default_text": "daily 06:00"})
     # the latest start after the calendar time, s (each host draws its own delay)
     lmcache_scheduled_restart_delay: int = Field(default=1800, ge=0, le=86400)
+    # hosts of one model that restart at once (each pool: scheduled restarts, breaker
+    # heals); unset: one per 10 hosts of the model, at most vllm_serial (render/self_heal.py)
+    lmcache_scheduled_restart_slots: int | None = Field(
+        default=None, ge=1, le=1000, json_schema_extra={"default_text": "hosts / 10, at most "
+                                                                      "vllm_serial"})
 
     # --- vllm -------------------------------------------------------------------------
     # unset: compat.yaml `default_vllm_version` for the host's accelerator (cuda 0.32.0,

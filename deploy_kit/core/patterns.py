@@ -25,6 +25,18 @@ BREAKER = (
     r"s3_l2_adapter\.py:[0-9]+:lmcache\.v1\.distributed\.l2_adapters\.s3_l2_adapter)\)"
     r"[^ ]*$")
 
+# A vLLM instance's LMCacheMPConnector re-registered its KV caches with an LMCache server that
+# came back (LMCache 0.5.6 lmcache/integration/vllm/vllm_multi_process_adapter.py
+# `_reregister_kv_caches_callback`: logger.warning("Finished re-registering KV caches after
+# server recovery"), once per worker process; vLLM may put its own `(Worker_TP0 pid=N) ` in
+# front). The LMCache agent waits for it after restarting the server alone
+# (render/self_heal.py); an instance that does not log it is restarted after all.
+REREGISTERED = (
+    r"^([^ ]+ [^ ]+ [^ ]+: )?(\([A-Za-z0-9_]+ pid=[0-9]+\) )?[^ ]*\[[0-9-]+ [0-9:,]+\] "
+    r"LMCache WARNING:[^ ]* Finished re-registering KV caches after server recovery "
+    r"[^ ]*\(vllm_multi_process_adapter\.py:[0-9]+:"
+    r"lmcache\.integration\.vllm\.vllm_multi_process_adapter\)[^ ]*$")
+
 # LMCache 0.5.6's own words for S3 trouble (awk EREs), in the running process's journal:
 # the breaker above never resets; lost uploads (s3_connector.py:590, s3_l2_adapter.py "failed
 # to launch PUT"); connection-class errors, three in a row trip the breaker

@@ -14,7 +14,7 @@ from deploy_kit.config.rules_accelerators import accelerator_wheels_available, t
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
-from deploy_kit.plan import sizing
+from deploy_kit.plan import roll, sizing
 from deploy_kit.plan.breakeven import (
     ServingGroupPlan,
     device_of,
@@ -100,6 +100,8 @@ class Plan:
     # per serving group and context length: KV bytes, predicted cold prefill, break-even
     # GET bandwidth per host (plan.breakeven)
     serving_groups: list[ServingGroupPlan] = field(default_factory=list)
+    # per lease (model): the daily scheduled restart's roll against its window (plan.roll)
+    restarts: list[roll.RollPlan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -363,6 +365,7 @@ def build_plan(site: Site) -> Plan:
     load = sizing.pool_load(pools, s.deploykit_ceph_osd_count)
     rgw = site.group("rgw")
     dns_servers = site.group("dns")
+    restarts = roll.rolls(site)
     return Plan(
         schema=PLAN_SCHEMA,
         site={"name": site.name, "s3_fqdn": s.deploykit_s3_fqdn,
@@ -383,7 +386,8 @@ def build_plan(site: Site) -> Plan:
              "servers": sorted(h.address for h in dns_servers)},
         rollout=rollout(site),
         serving_groups=serving_groups(site),
-        warnings=_warnings(site, load.pgs_per_osd),
+        restarts=restarts,
+        warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts),
     )
 
 

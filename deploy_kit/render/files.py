@@ -14,6 +14,7 @@ from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
+from deploy_kit.plan import lease
 from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import (
     consul,
@@ -99,7 +100,7 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
         # the public ports: vLLM itself listens on loopback only (render/serving_front.py)
         files[names.VLLM_FRONT_CFG_PATH] = RenderedFile(serving_front.render_config(site, host))
         files[names.VLLM_FRONT_UNIT_PATH] = RenderedFile(serving_front.render_unit())
-        if self_heal.applies(host):
+        if lease.applies(host):
             files |= {path: RenderedFile(text, mode=mode) for path, (text, mode) in
                       self_heal.render(site, host).items()}
         if c.vllm_uses_api_key:

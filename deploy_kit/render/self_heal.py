@@ -13,15 +13,24 @@ ways:
 - `restart` (deploykit-lmcache-restart.timer, after each RGW lifecycle window): restarts the
   host whole, so no process trusts an object lifecycle expiry deleted.
 
-Either way, one host of each model at a time: the script holds its model's lease in the cache
-bucket, numbered objects `deploykit-lease/<model's identity>/serving-restart.<n>` (each
-model's identity may write only its own: render/s3_access.py, so no host can hold another
-model's hosts back), each created with an S3 conditional
-write (If-None-Match: *: RGW creates the RADOS object exclusively, so a second create of the
-same key gets 412), with the host's own serving identity. The newest one is the lease: a host
-takes it by creating the next number while the newest is free or expired, and frees it by
+Either way, a few hosts of each model and failure domain at a time: the script holds one
+of its model's lease slots in the cache bucket. A slot is a run of numbered objects
+`deploykit-lease/<model's identity>/serving-restart/<domain>/<pool>-<k>.<n>` (each model's
+identity may write only its own prefix: render/s3_access.py, so no host can hold another
+model's hosts back), each created with an S3 conditional write (If-None-Match: *: RGW
+creates the RADOS object exclusively, so a second create of the same key gets 412), with the
+host's own serving identity. The newest number of a slot is that slot's lease: a host takes
+it by creating the next number while the newest is free or expired, and frees it by
 overwriting its own. Nothing is deleted (the serving identity has no delete right; lifecycle
-expiry removes old numbers). Why not a Consul lock: serving hosts run no Consul agent, the
+expiry removes old numbers).
+
+Two pools of `slots` slots each (plan/lease.py: ceil(hosts sharing the lease / 10), at most
+vllm_serial, the hosts the site lets restart at once; lmcache_scheduled_restart_slots
+overrides): `restart-<k>` for the scheduled restarts and `heal-<k>` for the breaker heals.
+A heal never takes, or waits for, a restart slot, and a scheduled restart does not start
+while any heal slot is held: a tripped breaker never queues behind the daily roll. The
+inventory has no rack, zone or row field, so the site is one failure domain (DOMAIN); the
+keys already carry it (plan/lease.py). Why not a Consul lock: serving hosts run no Consul agent, the
 servers' HTTP API listens on loopback only, and a site in static DNS mode has no Consul at
 all; every serving host can reach S3 with the keys it already holds, and a heal needs S3 back
 anyway (the lease's read is the reachability probe: S3 answers a signed request through the
@@ -34,9 +43,18 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from deploy_kit.agents import lmcache_heal
-from deploy_kit.config import names, s3_identities
+from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
-from deploy_kit.core.patterns import S3_LOG_PATTERNS
+from deploy_kit.core.patterns import REREGISTERED, S3_LOG_PATTERNS
+from deploy_kit.plan.lease import (
+    DOMAIN,
+    applies,
+    lease_key,
+    lease_ttl,
+    lock_wait,
+    restart_enabled,
+    slots,
+)
 from deploy_kit.render import lmcache_server, monitoring, vllm
 
 # the agent, as the serving role installs it, and its settings, as the render writes them
@@ -50,51 +68,38 @@ UNITS = (HEAL_UNIT, HEAL_TIMER, RESTART_UNIT, RESTART_TIMER)
 STATE = "/var/lib/deploykit/lmcache-heal.json"
 # the journal's SYSLOG_IDENTIFIER of every record (journalctl -t deploykit-heal)
 IDENTIFIER = "deploykit-heal"
-# the lease object in the cache bucket, under its model's prefix (lease_key); no LMCache key
-# starts with it (cache/keys.py)
-LEASE_NAME = "serving-restart"
 HEAL_INTERVAL_S = 30
+# a trip of a unit the last heal restarted, seen within this many seconds of that heal's end,
+# means the heal did not hold (storage still fails for LMCache): only then the backoff grows
+SETTLE_S = 120
+# LMCache's MP worker adapter pings its server every 10 s (heartbeat_interval, the ping's
+# timeout too) and re-registers the engine's KV caches on the unhealthy->healthy edge only:
+# the server stays down this long so that every instance sees one ping fail
+SERVER_DOWN_S = 25
+# how long the instances get to re-register before the agent restarts them after all
+REREGISTER_WAIT_S = 60
 # RGW processes lifecycle in rgw_lifecycle_work_time, 00:00-06:00 by default (deploykit
 # leaves it alone): the restart follows its end
 DEFAULT_CALENDAR = "*-*-* 06:00:00"
 
 
-def lease_key(host: Host) -> str:
-    """The lease of this host's model: one host of each model restarts at a time."""
-    c = host.config
-    slug = s3_identities.serving_slug(c.ceph_rgw_s3_user, s3_identities.model_key(c))
-    return s3_identities.lease_prefix(slug) + LEASE_NAME
-
-
-def applies(host: Host) -> bool:
-    """A serving host whose LMCache has an S3 tier (s3, nixl): a breaker and a record."""
-    return "vllm" in host.groups and host.config.lmcache_mode in ("s3", "nixl")
+def server_only_heal(host: Host) -> bool:
+    """A breaker heal restarts the LMCache server alone (GPU hosts of the server topology):
+    the breaker is in that process, and vLLM's LMCacheMPConnector outlives it. Not on CPU
+    hosts, whose instances Require= the server and restart with it anyway."""
+    return bool(host.config.lmcache_server) and not vllm.restarts_with_server(host) \
+        and host.config.lmcache_self_heal_server_only
 
 
 def heal_enabled(host: Host) -> bool:
     return applies(host) and host.config.lmcache_self_heal
 
 
-def restart_enabled(site: Site, host: Host) -> bool:
-    """No lifecycle expiry (days 0, a site-wide value): nothing expires under a running
-    process."""
-    return applies(host) and host.config.lmcache_scheduled_restart \
-        and site.settings.ceph_rgw_s3_lifecycle_days > 0
-
-
 def calendar(host: Host) -> str:
     return host.config.lmcache_scheduled_restart_calendar or DEFAULT_CALENDAR
 
 
-def lease_ttl(host: Host) -> int:
-    """Longer than the longest restart the holder may make: every unit one after another,
-    each up to its health timeout. A holder that died leaves a lease the next one takes
-    over after this."""
-    c = host.config
-    return c.vllm_health_timeout * (len(vllm.host_instances(host)) + 1) + 300
-
-
-def agent_config(host: Host) -> dict[str, Any]:
+def agent_config(site: Site, host: Host) -> dict[str, Any]:
     """What the script acts on: its units and ports, the words, the S3 profile, the lease."""
     c = host.config
     # the units and words `up`'s heal task and verify read (ops/converged.breaker; a test
@@ -115,13 +120,26 @@ def agent_config(host: Host) -> dict[str, Any]:
         "health_poll": 2,
         "backoff": c.lmcache_self_heal_backoff * 60,
         "backoff_cap": c.lmcache_self_heal_backoff * 60 * 16,
-        "lock_wait": max(21600, lease_ttl(host)),  # each waits its turn for the lease
+        "lock_wait": lock_wait(host),  # each waits its turn for a slot
         "lock_poll": 5,
         # a tripped host asks S3 every lock_poll for this long in one run (then the timer)
         "outage_wait": 600,
         "lease_ttl": lease_ttl(host),
         "bucket": c.deploykit_s3_bucket,
         "lease_key": lease_key(host),
+        "domain": DOMAIN,
+        "slots": slots(site, host),
+        "settle": SETTLE_S,
+        # a breaker heal of the server topology (GPU): the server alone, then each instance
+        # must log its re-registration (workers: one line per process of the instance)
+        "server_only_heal": server_only_heal(host),
+        "server_health_port": c.lmcache_server_http_port if server else None,
+        "server_down": SERVER_DOWN_S,
+        "reregister_pattern": REREGISTERED,
+        "reregister_wait": REREGISTER_WAIT_S,
+        "workers": host.workers,
+        # a scheduled restart waiting for a slot asks this often (a heal: lock_poll)
+        "restart_poll": 30,
         "profile": names.aws_profile(c),
         "aws_config": names.aws_config_path(c),
         "aws_credentials": names.credentials_path(c),
@@ -144,7 +162,7 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
     ones rendered and stops and disables the others (tasks/self_heal.yml)."""
     from deploy_kit.render.templating import render_template
 
-    config = agent_config(host)
+    config = agent_config(site, host)
     # a run may wait its turn, then restart every unit behind its gate (the script keeps
     # time itself; this only stops a run that hung)
     timeout = config["lease_ttl"] + config["lock_wait"]
@@ -162,8 +180,8 @@ def render(site: Site, host: Host) -> dict[str, tuple[str, int]]:
         RESTART_UNIT: (render_template(
             "lmcache-heal.service.j2", script=SCRIPT, mode="restart",
             identifier=IDENTIFIER, timeout=timeout,
-            description="restart LMCache and vLLM after RGW's lifecycle window, one host of "
-                        "the site at a time"), 0o644),
+            description="restart LMCache and vLLM after RGW's lifecycle window, a few hosts "
+                        "of each model at a time"), 0o644),
         RESTART_TIMER: (render_template(
             "lmcache-heal.timer.j2", interval=None, calendar=calendar(host),
             delay=host.config.lmcache_scheduled_restart_delay,

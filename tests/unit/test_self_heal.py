@@ -26,6 +26,7 @@ import pytest
 
 from deploy_kit.agents import lmcache_heal
 from deploy_kit.ops.site import open_site
+from deploy_kit.plan import lease
 from deploy_kit.plan.plan import build_plan
 from deploy_kit.render import self_heal
 from deploy_kit.render.files import render_site
@@ -37,7 +38,7 @@ BREAKER = ("\x1b[31;20m[2026-12-06 10:00:00,123] LMCache ERROR:\x1b[0m S3L2Adapt
            "lmcache.v1.distributed.l2_adapters.s3_l2_adapter)\x1b[0m")
 
 SYSTEMCTL = r'''#!/bin/sh
-# show -p ActiveState -p InvocationID UNIT | restart UNIT
+# show -p ActiveState -p InvocationID UNIT | restart UNIT | stop UNIT | start UNIT
 state="$FAKE/units"
 eval unit=\${$#}
 case "$1" in
@@ -51,6 +52,15 @@ restart)
   echo "$unit" >> "$FAKE/restarts"
   [ -f "$FAKE/fail-$unit" ] && exit 1
   echo "$(cat "$state/$unit" 2>/dev/null)x" > "$state/$unit" ;;
+stop)
+  echo "stop $unit" >> "$FAKE/stops"
+  rm -f "$state/$unit" ;;
+start)
+  echo "$unit" >> "$FAKE/restarts"
+  [ -f "$FAKE/fail-$unit" ] && exit 1
+  echo "$unit-started-$(wc -l < "$FAKE/restarts" | tr -d ' ')" > "$state/$unit"
+  [ -x "$FAKE/on-start" ] && "$FAKE/on-start" "$unit"
+  exit 0 ;;
 esac
 '''
 
@@ -164,7 +174,8 @@ class ClientError(Exception):
 
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
+        # vLLM's /health, the LMCache server's /healthcheck
+        self.send_response(200 if self.path in ("/health", "/healthcheck") else 404)
         self.end_headers()
 
     def log_message(self, *args: Any) -> None:
@@ -239,7 +250,8 @@ class Agent:
                        "textfile": str(root / "textfile" / "deploykit_lmcache_heal.prom"),
                        "local_lock": str(root / "lock"), "health_timeout": 3,
                        "health_poll": 0.1, "lock_poll": 0.1, "lock_wait": 4,
-                       "outage_wait": 0.3}
+                       "outage_wait": 0.3, "restart_poll": 0.1, "server_down": 0.1,
+                       "reregister_wait": 1}
         self.settings = root / "lmcache-heal.json"
 
     def runs(self, unit: str, *lines: str) -> None:
@@ -266,28 +278,32 @@ class Agent:
         path = self.fake / "restarts"
         return path.read_text().split() if path.exists() else []
 
-    def leases(self) -> list[dict[str, Any]]:
-        """Every lease record, oldest first."""
+    def slot(self, slot: str = "heal-0") -> str:
+        """A slot's key (without its number), bucket first."""
+        return f"{self.config['bucket']}/{self.config['lease_key']}/site/{slot}"
+
+    def leases(self, slot: str = "heal-0") -> list[dict[str, Any]]:
+        """Every lease record of one slot, oldest first."""
         path = self.fake / "s3.json"
         objects = json.loads(path.read_text()) if path.exists() else {}
-        prefix = f"{self.config['bucket']}/{self.config['lease_key']}."
+        prefix = self.slot(slot) + "."
         return [json.loads(objects[k]) for k in sorted(objects) if k.startswith(prefix)]
 
-    def lease(self) -> dict[str, Any] | None:
-        """The newest lease record; its host holds the lease ('' when free)."""
-        leases = self.leases()
+    def lease(self, slot: str = "heal-0") -> dict[str, Any] | None:
+        """The newest lease record of a slot; its host holds it ('' when free)."""
+        leases = self.leases(slot)
         return leases[-1] if leases else None
 
-    def hold_lease(self, host: str, expires_in: float, n: int = 7) -> None:
-        """`host` holds lease number n (three older, freed ones beside it)."""
+    def hold_lease(self, host: str, expires_in: float, n: int = 7, slot: str = "heal-0",
+                   reason: str = "breaker") -> None:
+        """`host` holds number n of a slot (three older, freed ones beside it)."""
         import time
         path = self.fake / "s3.json"
         objects = json.loads(path.read_text()) if path.exists() else {}
         for i in range(n - 3, n):
-            objects[f"{self.config['bucket']}/{self.config['lease_key']}.{i:012d}"] = \
-                json.dumps({"host": ""})
-        objects[f"{self.config['bucket']}/{self.config['lease_key']}.{n:012d}"] = json.dumps(
-            {"host": host, "reason": "breaker", "since": 0, "expires": time.time() + expires_in})
+            objects[f"{self.slot(slot)}.{i:012d}"] = json.dumps({"host": ""})
+        objects[f"{self.slot(slot)}.{n:012d}"] = json.dumps(
+            {"host": host, "reason": reason, "since": 0, "expires": time.time() + expires_in})
         path.write_text(json.dumps(objects))
 
     def metrics(self) -> dict[str, float]:
@@ -299,7 +315,7 @@ class Agent:
 def config_of(make_inventory: InventoryFactory, hosts: dict, host: str,
               **group_vars: dict) -> dict[str, Any]:
     site = open_site(str(make_inventory(hosts=hosts, **group_vars)))
-    return self_heal.agent_config(site.hosts[host])
+    return self_heal.agent_config(site, site.hosts[host])
 
 
 @pytest.fixture
@@ -381,7 +397,7 @@ def test_two_hosts_racing_for_one_number_only_one_wins(cpu_server: Agent) -> Non
     """Both saw number 7 free and create 8: the store refuses the second create (412)."""
     cpu_server.logs("lmcache-server", BREAKER)
     cpu_server.hold_lease("", expires_in=0, n=7)
-    key = f"{cpu_server.config['bucket']}/{cpu_server.config['lease_key']}.{8:012d}"
+    key = f"{cpu_server.slot()}.{8:012d}"
     path = cpu_server.fake / "s3.json"
     objects = json.loads(path.read_text())
     # the other host's create of 8 lands between this one's list and its create
@@ -424,23 +440,70 @@ def test_a_heal_waits_its_turn_for_the_lease(cpu_server: Agent) -> None:
     assert cpu_server.restarts() == ["lmcache-server"]
 
 
-def test_backoff_grows_with_repeated_trips(cpu_server: Agent) -> None:
+def _age_last_heal(agent: Agent, seconds: float) -> None:
+    """`seconds` pass: the last heal, and a trip already seen, lie that much further back
+    (the state file, as a later run finds it)."""
+    path = Path(agent.config["state"])
+    state = json.loads(path.read_text())
+    state["last_heal"]["end"] -= seconds
+    if "tripped_since" in state:
+        state["tripped_since"] -= seconds
+    path.write_text(json.dumps(state))
+
+
+def _backoff(line: str) -> int:
+    assert "reason=backoff" in line, line
+    return int(re.search(r"seconds=(\d+)", line).group(1))
+
+
+def test_a_heal_that_did_not_hold_backs_off_and_the_backoff_grows(cpu_server: Agent) -> None:
+    """The new process trips again within `settle` of its heal: storage still fails for
+    LMCache although S3 answers the agent. Wait lmcache_self_heal_backoff, then twice that
+    after a second such heal."""
     cpu_server.logs("lmcache-server", BREAKER)
     cpu_server.run()
-    cpu_server.logs("lmcache-server", BREAKER)  # the new process trips again
+    cpu_server.logs("lmcache-server", BREAKER)  # the new process trips again at once
     out = cpu_server.run()
     assert cpu_server.restarts() == ["lmcache-server"]
-    assert "reason=backoff" in out[0]
-    seconds = int(re.search(r"seconds=(\d+)", out[0]).group(1))
-    assert 590 <= seconds <= 600  # lmcache_self_heal_backoff: 10 minutes
-    # two heals within the cap: the next gap doubles
-    state = json.loads(Path(cpu_server.config["state"]).read_text())
-    state["breaker_heals"] = [state["breaker_heals"][0] - 700, state["breaker_heals"][0] - 650]
-    state.pop("waiting")
-    Path(cpu_server.config["state"]).write_text(json.dumps(state))
+    assert 590 <= _backoff(out[0]) <= 600  # lmcache_self_heal_backoff: 10 minutes
+    _age_last_heal(cpu_server, 601)  # the backoff is over: the second heal
     out = cpu_server.run()
-    assert "reason=backoff" in out[0] and 500 < int(re.search(r"seconds=(\d+)", out[0])
-                                                   .group(1)) <= 1200 - 650
+    assert out[0].startswith("heal-start") and cpu_server.restarts() == ["lmcache-server"] * 2
+    cpu_server.logs("lmcache-server", BREAKER)  # and again at once: the gap doubles
+    out = cpu_server.run()
+    assert 1190 <= _backoff(out[0]) <= 1200
+    state = json.loads(Path(cpu_server.config["state"]).read_text())
+    assert state["last_heal"]["streak"] == 1
+
+
+def test_a_new_outage_after_a_heal_that_held_heals_at_once(cpu_server: Agent) -> None:
+    """The lab's measured case (the 2026-12-07 review): a heal 89 s after a trip, then a
+    second outage four minutes later trips the new process again. Storage is back, so the
+    heal starts at once, with no backoff for the heal a few minutes earlier."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.run()
+    _age_last_heal(cpu_server, 240)
+    cpu_server.logs("lmcache-server", BREAKER)
+    out = cpu_server.run()
+    assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
+    assert cpu_server.restarts() == ["lmcache-server"] * 2
+    state = json.loads(Path(cpu_server.config["state"]).read_text())
+    assert state["last_heal"]["streak"] == 0
+
+
+def test_a_failed_heal_backs_off_the_next(make_inventory: InventoryFactory,
+                                         tmp_path: Path) -> None:
+    config = config_of(make_inventory, CPU_TWO_INSTANCES, "cpu1")
+    config["instances"] = [{**i, "port": dead_port()} for i in config["instances"]]
+    agent = Agent(tmp_path, config)
+    agent.config["health_timeout"] = 0.3
+    agent.runs("lmcache-server", BREAKER)
+    for instance in config["instances"]:
+        agent.runs(instance["unit"], "serving")
+    assert agent.run()[-1].startswith("heal-failed")
+    _age_last_heal(agent, 300)  # long after: a failed heal still counts
+    agent.logs("lmcache-server", BREAKER)
+    assert 290 <= _backoff(agent.run()[0]) <= 300
 
 
 def test_an_instance_that_never_answers_keeps_the_lease(make_inventory: InventoryFactory,
@@ -500,21 +563,98 @@ def test_the_scheduled_restart_waits_for_the_lease(cpu_server: Agent) -> None:
     assert cpu_server.restarts() == [] and "by=other" in out[0]
 
 
-def test_a_gpu_server_host_restarts_the_server_then_each_instance(
+def test_in_process_another_instance_tripping_soon_after_a_heal_heals_at_once(
         make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    """One outage trips the instances one after another: a unit the last heal did not
+    restart is no sign that heal failed."""
+    agent = inprocess_agent(make_inventory, tmp_path, health_port)
+    agent.logs("vllm-1", BREAKER)
+    agent.run()
+    agent.logs("vllm-2", BREAKER)
+    out = agent.run()
+    assert out[0].startswith("heal-start") and agent.restarts() == ["vllm-1", "vllm-2"], out
+
+
+REREGISTERED = ("(Worker_TP0 pid=812) \x1b[33;20m[2026-12-06 10:00:40,123] LMCache WARNING:"
+                "\x1b[0m Finished re-registering KV caches after server recovery \x1b[3m("
+                "vllm_multi_process_adapter.py:1751:lmcache.integration.vllm."
+                "vllm_multi_process_adapter)\x1b[0m")
+
+
+def gpu_server_agent(make_inventory: InventoryFactory, tmp_path: Path, port: int,
+                     **settings: Any) -> Agent:
     hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
         "hosts": {"gpu1": {"ansible_host": "10.0.1.1", "vllm_instances": 2,
-                           "vllm_accelerator_count": 2}},
+                           "vllm_accelerator_count": 4, "vllm_tensor_parallel_size": 2,
+                           **settings}},
         "vars": {"vllm_accelerator": "cuda", "lmcache_topology": "server",
                  "vllm_model": "Qwen/Qwen3-8B"}}}}}
     config = config_of(make_inventory, hosts, "gpu1")
     assert config["server"] == "lmcache-server" and not config["with_server"]
-    config["instances"] = [{**i, "port": health_port} for i in config["instances"]]
+    assert config["workers"] == 2
+    config["instances"] = [{**i, "port": port} for i in config["instances"]]
+    config["server_health_port"] = port
     agent = Agent(tmp_path, config)
     agent.runs("lmcache-server", BREAKER)
     for instance in config["instances"]:
         agent.runs(instance["unit"], "serving")
+    return agent
+
+
+def _reregister_on_start(agent: Agent, *units: str, lines: int = 2) -> None:
+    """When the fake starts lmcache-server, each of `units` logs its re-registration (one
+    line per worker), as LMCache's heartbeat does a few seconds later."""
+    hook = agent.fake / "on-start"
+    appends = "".join(
+        f'  cat "$FAKE/units/{unit}" | xargs -I{{}} sh -c \'printf "%s\\n" "$1" >> '
+        f'"$FAKE/journal/{{}}"\' _ {json.dumps(REREGISTERED)}\n' * lines for unit in units)
+    hook.write_text(f'#!/bin/sh\n[ "$1" = lmcache-server ] || exit 0\n{appends}')
+    hook.chmod(0o755)
+
+
+def test_a_gpu_server_host_heals_by_restarting_the_server_alone(
+        make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    """The breaker is in the server; vLLM's LMCacheMPConnector re-registers with the new
+    one: the instances keep serving and are not restarted."""
+    agent = gpu_server_agent(make_inventory, tmp_path, health_port)
+    assert agent.config["server_only_heal"]
+    _reregister_on_start(agent, "vllm", "vllm-1")
+    out = agent.run()
+    assert agent.restarts() == ["lmcache-server"], out
+    assert (agent.fake / "stops").read_text().split() == ["stop", "lmcache-server"]
+    assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
+
+
+def test_an_instance_that_does_not_reregister_is_restarted_after_all(
+        make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    agent = gpu_server_agent(make_inventory, tmp_path, health_port)
+    _reregister_on_start(agent, "vllm-1")  # vllm logs nothing; vllm-1 both workers
+    out = agent.run()
+    assert agent.restarts() == ["lmcache-server", "vllm"], out
+    assert any(line.startswith("heal-widened") and "units=vllm " in line + " "
+               for line in out), out
+    # one worker's line of two is not enough
+    agent2 = gpu_server_agent(make_inventory, tmp_path / "two", health_port)
+    _reregister_on_start(agent2, "vllm", "vllm-1", lines=1)
+    agent2.run()
+    assert agent2.restarts() == ["lmcache-server", "vllm", "vllm-1"]
+
+
+def test_server_only_off_restarts_the_server_then_each_instance(
+        make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    agent = gpu_server_agent(make_inventory, tmp_path, health_port,
+                             lmcache_self_heal_server_only=False)
+    assert not agent.config["server_only_heal"]
     agent.run()
+    assert agent.restarts() == ["lmcache-server", "vllm", "vllm-1"]
+
+
+def test_the_scheduled_restart_of_a_gpu_server_host_restarts_everything(
+        make_inventory: InventoryFactory, tmp_path: Path, health_port: int) -> None:
+    """Its purpose is that no process keeps a record of what S3 stored: it stays whole."""
+    agent = gpu_server_agent(make_inventory, tmp_path, health_port)
+    _reregister_on_start(agent, "vllm", "vllm-1")
+    agent.run("restart")
     assert agent.restarts() == ["lmcache-server", "vllm", "vllm-1"]
 
 
@@ -631,7 +771,7 @@ def test_the_agent_reads_the_units_and_words_up_and_verify_read(
         "vars": {"vllm_accelerator": "cuda", "lmcache_topology": topology,
                  "vllm_model": "Qwen/Qwen3-8B"}}}}}
     site = open_site(str(make_inventory(hosts=hosts)))
-    config = self_heal.agent_config(site.hosts["gpu1"])
+    config = self_heal.agent_config(site, site.hosts["gpu1"])
     assert (config["breaker_units"], config["breaker_pattern"]) == \
         converged.breaker(site.hosts["gpu1"])
 
@@ -657,10 +797,10 @@ def test_plan_warns_of_an_opt_out(make_inventory: InventoryFactory, settings: di
 # --- lease objects any serving identity can write: trusted only as far as checked --------
 
 def _plant(agent: Agent, suffix: str, body: str) -> None:
-    """An object `<lease_key>.<suffix>` with `body`, as any bucket writer can create one."""
+    """An object `<heal-0 slot>.<suffix>` with `body`, as any bucket writer can create one."""
     path = agent.fake / "s3.json"
     objects = json.loads(path.read_text()) if path.exists() else {}
-    objects[f"{agent.config['bucket']}/{agent.config['lease_key']}.{suffix}"] = body
+    objects[f"{agent.slot()}.{suffix}"] = body
     path.write_text(json.dumps(objects))
 
 
@@ -701,7 +841,7 @@ def test_an_untrusted_lease_record_holds_nothing_and_crashes_nothing(cpu_server:
 def _record(agent: Agent, n: int) -> dict[str, Any]:
     objects = json.loads((agent.fake / "s3.json").read_text())
     record: dict[str, Any] = json.loads(
-        objects[f"{agent.config['bucket']}/{agent.config['lease_key']}.{n:012d}"])
+        objects[f"{agent.slot()}.{n:012d}"])
     return record
 
 
@@ -737,7 +877,7 @@ def test_release_frees_only_a_lease_this_host_holds(cpu_server: Agent) -> None:
     fake = cpu_server.fake / "py/boto3/__init__.py"
     # between this host's restart and its release, another host's record replaces number 1
     taken = json.dumps(json.dumps({"host": "other", "expires": time.time() + 60}))
-    key = f"{cpu_server.config['bucket']}/{cpu_server.config['lease_key']}.{1:012d}"
+    key = f"{cpu_server.slot()}.{1:012d}"
     marker = cpu_server.fake / "restarts"
     fake.write_text(fake.read_text().replace(
         "    def get_object(self, Bucket, Key):\n        objects = self._load()\n",
@@ -816,3 +956,118 @@ def test_an_echoed_breaker_line_restarts_nothing(cpu_server: Agent) -> None:
     for line in ECHOED:
         cpu_server.logs("lmcache-server", line)
     assert cpu_server.run() == [] and cpu_server.restarts() == []
+
+
+# --- slots: several hosts at once; heals ahead of scheduled restarts ----------------------
+
+def test_a_free_slot_is_taken_beside_held_ones(cpu_server: Agent) -> None:
+    """Three slots, two held by other hosts: this host restarts in the third."""
+    cpu_server.config["slots"] = 3
+    cpu_server.hold_lease("gpu-2", expires_in=600, slot="restart-0", reason="scheduled")
+    cpu_server.hold_lease("gpu-3", expires_in=600, slot="restart-2", reason="scheduled")
+    out = cpu_server.run("restart")
+    assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
+    assert "slot=restart-1" in out[0]
+    assert cpu_server.lease("restart-1")["released_by"] == "cpu1"
+    assert cpu_server.lease("restart-0")["host"] == "gpu-2"
+
+
+def test_every_slot_held_waits(cpu_server: Agent) -> None:
+    cpu_server.config.update(slots=2, lock_wait=0.3)
+    for k in (0, 1):
+        cpu_server.hold_lease(f"gpu-{k}", expires_in=600, slot=f"restart-{k}",
+                              reason="scheduled")
+    out = cpu_server.run("restart")
+    assert cpu_server.restarts() == [] and "reason=lease-held" in out[0], out
+
+
+def test_a_slot_beyond_the_pool_holds_nothing(cpu_server: Agent) -> None:
+    """A record in `heal-5` of a one-slot pool (another host's old settings, or planted) is
+    not a slot of this host's lease."""
+    cpu_server.logs("lmcache-server", BREAKER)
+    cpu_server.hold_lease("other", expires_in=600, slot="heal-5")
+    assert cpu_server.run()[0].startswith("heal-start")
+
+
+def test_a_breaker_heal_never_waits_for_scheduled_restarts(cpu_server: Agent) -> None:
+    """Every scheduled slot held (the daily roll): a tripped host heals at once, in the heal
+    pool."""
+    cpu_server.config["slots"] = 2
+    for k in (0, 1):
+        cpu_server.hold_lease(f"gpu-{k}", expires_in=3000, slot=f"restart-{k}",
+                              reason="scheduled")
+    cpu_server.logs("lmcache-server", BREAKER)
+    started = time.monotonic()
+    out = cpu_server.run()
+    assert [line.split()[0] for line in out] == ["heal-start", "heal-done"], out
+    assert time.monotonic() - started < 2 and cpu_server.restarts() == ["lmcache-server"]
+    assert "slot=heal-" in out[0]
+
+
+def test_a_scheduled_restart_yields_to_a_heal(cpu_server: Agent) -> None:
+    """A heal holds a slot (any host's): no scheduled restart starts until it is free."""
+    cpu_server.config.update(slots=2)
+    cpu_server.hold_lease("gpu-7", expires_in=1.5, slot="heal-1")
+    out = cpu_server.run("restart")
+    assert out[0].startswith("heal-waiting") and "reason=heal-first" in out[0], out
+    assert "by=gpu-7" in out[0]
+    assert [line.split()[0] for line in out[1:]] == ["heal-start", "heal-done"], out
+    assert "reason=scheduled" in out[1]
+
+
+def test_a_waiting_scheduled_restart_leaves_this_hosts_heal_free(
+        cpu_server: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the scheduled restart waits for a slot it does not hold this host's lock, so
+    the heal timer's run (which takes it without waiting) is never turned away."""
+    cpu_server.config.update(lock_wait=0.5)
+    cpu_server.hold_lease("gpu-2", expires_in=600, slot="restart-0", reason="scheduled")
+    free: list[bool] = []
+    sleep = time.sleep
+
+    def probe(seconds: float) -> None:
+        with open(cpu_server.config["local_lock"], "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free.append(True)
+            except BlockingIOError:
+                free.append(False)
+        sleep(seconds)
+
+    monkeypatch.setattr(lmcache_heal.time, "sleep", probe)
+    cpu_server.run("restart")
+    assert free and all(free), free
+
+
+@pytest.mark.parametrize(("hosts", "serial", "slots"), [
+    (1, 1, 1), (9, 4, 1), (10, 4, 1), (11, 4, 2), (40, 4, 4), (40, 1, 1), (40, 2, 2),
+    (400, 64, 40), (3, 10, 1),
+])
+def test_slots_are_sized_from_the_hosts_and_capped_by_what_the_site_tolerates(
+        hosts: int, serial: int, slots: int) -> None:
+    assert lease.sized_slots(hosts, serial) == slots
+
+
+def test_the_render_sizes_the_slots_from_the_hosts_sharing_the_lease(
+        make_inventory: InventoryFactory) -> None:
+    hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
+        "hosts": {f"gpu{i}": {"ansible_host": f"10.0.1.{i}"} for i in range(1, 24)},
+        "vars": {"vllm_accelerator": "cuda", "lmcache_topology": "inprocess",
+                 "vllm_model": "Qwen/Qwen3-8B", "vllm_serial": 4}}}}}
+    site = open_site(str(make_inventory(hosts=hosts)))
+    config = self_heal.agent_config(site, site.hosts["gpu1"])
+    assert (config["slots"], config["domain"]) == (3, "site")  # 23 hosts: ceil(23 / 10)
+    hosts["all"]["children"]["vllm"]["vars"]["lmcache_scheduled_restart_slots"] = 5
+    site = open_site(str(make_inventory(hosts=hosts)))
+    assert self_heal.agent_config(site, site.hosts["gpu7"])["slots"] == 5
+
+
+def test_the_reregistration_pattern_matches_lmcaches_line_and_not_an_echo() -> None:
+    from deploy_kit.core.patterns import REREGISTERED as PATTERN
+
+    rule = re.compile(PATTERN)
+    plain = REREGISTERED.split(") ", 1)[1]  # without vLLM's worker prefix
+    assert rule.search(REREGISTERED) and rule.search(plain)
+    assert rule.search(f"2026-12-06T10:00:40+0000 gpu1 python3[812]: {plain}")
+    echo = ("(APIServer pid=812) INFO 12-06 10:00:00 [logger.py:43] Received request cmpl-1: "
+            f"prompt: {plain!r}, params: SamplingParams(n=1)")
+    assert not rule.search(echo)

@@ -141,7 +141,7 @@ def test_another_models_identity_and_a_forged_key_are_refused_on_the_first_model
         assert s3(creds, "PUT", f"{first.prefixes[0]}1@0@planted@bfloat16", b"x")[0] == 403
         for prefix in (*first.prefixes, ""):
             assert s3(creds, "GET", query=listing(prefix))[0] == 403, (who, prefix)
-        lease = f"deploykit-lease/{first.slug}/serving-restart.999999999999"
+        lease = f"deploykit-lease/{first.slug}/serving-restart/site/heal-0.999999999999"
         assert s3(creds, "PUT", lease, b"{}")[0] == 403, who
     assert s3(mine, "GET", chunk) == (200, original)  # the chunk as LMCache stored it
     # each is allowed on its own prefix, and the first model's keys are refused on the second's
