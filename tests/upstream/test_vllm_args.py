@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,12 +64,31 @@ def test_vllm_source_accepts_rendered_flags(serving_renders: tuple[renders.Servi
     assert not problems, "\n".join(sorted(set(problems)))
 
 
-def test_real_parser_agrees_with_source_reading(cpu_stack: Path) -> None:
+@pytest.fixture(scope="module")
+def real_parser(serving_renders: tuple[renders.ServingRender, ...],
+                cpu_stack: Path) -> dict[str, Any]:
+    """Every vLLM 0.32.0 unit's argv through vLLM 0.32.0's parser, once per --config file the
+    role may write, in one run of the probe (importing vLLM takes most of its time)."""
+    runs, files = {}, {}
+    for render in serving_renders:
+        if render.vllm_version != REAL_PARSER:
+            continue
+        for unit, argv in render.vllm_argvs().items():
+            for index, text in enumerate(API_KEY_FILES):
+                config = flag_value(argv, "--config")
+                if config is not None:
+                    files[f"{config}.{index}.yaml"] = text
+                runs[f"{render.name}{unit} (--config {text.strip()})"] = [
+                    f"{config}.{index}.yaml" if a == config else a for a in argv]
+    answer = venvs.probe(cpu_stack, "vllm_parse.py", {"argvs": runs, "config_files": files})
+    assert isinstance(answer, dict) and answer["vllm"] == REAL_PARSER
+    return answer
+
+
+def test_real_parser_agrees_with_source_reading(real_parser: dict[str, Any]) -> None:
     """vLLM 0.32.0's real parser registers exactly the flags the `ast` reading finds in the
     0.32.0 sdist: the reading used for the rows this machine cannot import."""
-    answer = venvs.probe(cpu_stack, "vllm_parse.py", {"argvs": {}, "config_files": {}})
-    assert isinstance(answer, dict) and answer["vllm"] == REAL_PARSER
-    real = set(answer["option_strings"])
+    real = set(real_parser["option_strings"])
     parsed = vllm_source.parser_flags(need(vllm_source.sdist, REAL_PARSER))
     read = set(parsed.flags) | {"--no-" + f[2:] for f in parsed.negatable}
     assert set(parsed.flags) - real == set(), "read from the source, not in the parser"
@@ -79,21 +99,18 @@ def test_real_parser_agrees_with_source_reading(cpu_stack: Path) -> None:
                          [(r, a) for r, a in ROWS if r == compat.vllm(REAL_PARSER).series],
                          ids=lambda v: str(v))
 def test_real_vllm_parser_accepts_rendered_argv(
-        serving_renders: tuple[renders.ServingRender, ...], cpu_stack: Path, row: str,
-        accelerator: str) -> None:
+        serving_renders: tuple[renders.ServingRender, ...], real_parser: dict[str, Any],
+        row: str, accelerator: str) -> None:
     """The whole rendered argv through vLLM 0.32.0's parser, its serve validation and
     AsyncEngineArgs.from_cli_args, with either --config file the role writes."""
-    argvs = {f"{r.name}{unit}": argv for r in row_renders(serving_renders, row, accelerator)
-             for unit, argv in r.vllm_argvs().items() if r.vllm_version == REAL_PARSER}
-    assert argvs, f"no vLLM {REAL_PARSER} render on {accelerator}"
-    failures = []
-    for text in API_KEY_FILES:
-        files = {path: text for argv in argvs.values() for path in argv
-                 if path.endswith((".yaml", ".yml")) and path.startswith("/etc/")}
-        answer = venvs.probe(cpu_stack, "vllm_parse.py", {"argvs": argvs, "config_files": files})
-        assert isinstance(answer, dict)
-        failures += [f"{name} (--config {text.strip()}): {result['error']}"
-                     for name, result in answer["results"].items() if not result["ok"]]
+    names = {r.name for r in row_renders(serving_renders, row, accelerator)
+             if r.vllm_version == REAL_PARSER}
+    assert names, f"no vLLM {REAL_PARSER} render on {accelerator}"
+    results = {run: result for run, result in real_parser["results"].items()
+               if run.split("/etc/", 1)[0] in names}
+    assert results
+    failures = [f"{run}: {result['error']}" for run, result in results.items()
+                if not result["ok"]]
     record(f"{row}-{accelerator}", "vLLM real parser",
            "pass" if not failures else f"FAIL: {failures[0]}")
     assert not failures, "\n".join(failures)
