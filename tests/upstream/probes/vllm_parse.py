@@ -78,7 +78,9 @@ def main() -> None:
             out[name] = {"ok": True, "kv_transfer_config": str(engine.kv_transfer_config),
                          "hf_overrides": engine.hf_overrides}
         except SystemExit:
-            out[name] = {"ok": False, "error": err.getvalue().strip().splitlines()[-1:]}
+            lines = err.getvalue().strip().splitlines()
+            out[name] = {"ok": False, "error": " | ".join(
+                [line.strip() for line in lines if "error" in line.lower()][-3:] or lines[-3:])}
         except Exception as exc:  # the parser's own refusal, reported per argv
             out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps({"vllm": vllm.__version__, "results": out,
