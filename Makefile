@@ -6,7 +6,7 @@ DK     := $(BIN)/deploykit
 # a fresh venv outside the checkout holding the built wheels (wheel-venv; docs/install.md)
 INSTALLED ?= /var/tmp/deploykit-installed
 
-.PHONY: install test test-lab unit lint golden docs lab lab-down bench clean plan-example dist ee-context set-version \
+.PHONY: install test test-lab test-upstream unit lint golden docs lab lab-down bench clean plan-example dist ee-context set-version \
         lab-prefetch-background wheel-venv
 
 install: $(DK)
@@ -45,6 +45,14 @@ test-lab: install
 	rm -f runs/lab-prefetch.*
 	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
 	  tests/lab/ansible tests/lab/failover tests/lab/monitoring
+
+## Not part of `make test`: the rendered example, goldens and one variant per compat.yaml row
+## against that row's pinned upstream code (vLLM's parser, vLLM's rope override replayed with
+## transformers, LMCache's loaders and its extensions' symbols against the row's torch,
+## NIXL's plugins). Needs PyPI; downloads are cached in $DEPLOYKIT_UPSTREAM_CACHE
+## (/var/cache/deploykit/upstream). docs/upstream.md has the results and run times.
+test-upstream: install
+	$(BIN)/pytest tests/upstream
 
 lab-prefetch-background: install
 	@if [ "$$(id -u)" = 0 ]; then \
