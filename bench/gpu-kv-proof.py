@@ -10,13 +10,13 @@ bench/s3_test_server.py (stdlib, in memory, 127.0.0.1).
 Two stages in one file:
 
 1. setup (the machine's python3, the one with torch): checks that the bundle has wheels
-   for this Python, makes a venv (`--system-site-packages`, so the machine's torch is
-   used; `--torch-from WHEELHOUSE` instead makes a bare venv and installs torch offline
-   from that directory, the CPU test's way), installs the bundle's wheels offline
-   (`--no-index --no-deps`; a distribution the machine already has is kept; one the bundle
-   leaves to the machine and the machine lacks is named, and nothing runs), and runs stage
-   2 in that venv.
-2. proof (inside the venv): starts the S3 server (or uses --s3-url), builds
+   for this Python and installs them offline (`--no-index --no-deps`) into a directory
+   put first on PYTHONPATH, so the machine's own torch and packages are used (a distribution
+   the machine already has is kept; one the bundle leaves to the machine and the machine
+   lacks is named, and nothing runs); `--torch-from WHEELHOUSE` instead makes a bare venv
+   and installs torch there offline from that directory, then the whole bundle (the CPU
+   test's way). Then it runs stage 2 with that Python.
+2. proof: starts the S3 server (or uses --s3-url), builds
    LMCacheEngineConfig + LMCacheMetadata for Qwen3-32B's TP-2 rank (64 layers, 4 of its 8
    KV heads, head dim 128, bf16, chunk 256: one 32 MiB object per chunk),
    LMCacheEngineBuilder.get_or_create with the GPU connector LMCache gives vLLM
@@ -66,7 +66,7 @@ from typing import Any
 SCHEMA = "deploykit-gpu-kv-proof/1"
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-INNER = "DEPLOYKIT_GPU_KV_PROOF_INNER"  # set in the venv run: stage 2
+INNER = "DEPLOYKIT_GPU_KV_PROOF_INNER"  # set for stage 2
 
 EXIT_USAGE = 2
 EXIT_PRECONDITION = 3
@@ -314,16 +314,12 @@ def load_manifest(bundle: Path) -> dict[str, Any]:
     return manifest
 
 
-def venv_has(python: Path) -> set[str]:
-    """Distributions the venv's Python already sees (the machine's, through
-    --system-site-packages), normalised names."""
-    code = ("import importlib.metadata as m, json; print(json.dumps(sorted({(d.metadata['Name']"
-            " or '').lower().replace('_', '-') for d in m.distributions()})))")
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                          check=False, timeout=120)
-    if done.returncode != 0:
-        return set()
-    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+def machine_has() -> set[str]:
+    """Distributions this Python already has, normalised names."""
+    import importlib.metadata
+
+    return {(d.metadata["Name"] or "").lower().replace("_", "-")
+            for d in importlib.metadata.distributions()}
 
 
 def pip(python: Path, *args: str, timeout: float) -> None:
@@ -339,8 +335,14 @@ def pip(python: Path, *args: str, timeout: float) -> None:
         raise Fail(EXIT_PRECONDITION, f"offline pip install failed: {tail}")
 
 
-def setup(args: argparse.Namespace, doc: dict[str, Any], deadline: float) -> list[str]:
-    """Venv + bundle; returns the command that runs stage 2."""
+def setup(args: argparse.Namespace, doc: dict[str, Any],
+          deadline: float) -> tuple[list[str], dict[str, str]]:
+    """The bundle installed offline; returns the command that runs stage 2 and what it adds
+    to the environment. On the machine's Python (the lent image's python3 is itself a
+    venv, /opt/torch/.venv, whose packages a `venv --system-site-packages` would not see):
+    the wheels go into a --target directory put first on PYTHONPATH, only those of
+    distributions the machine lacks, lmcache always. With --torch-from: a bare venv, torch
+    installed there from that wheel directory, then every wheel of the bundle."""
     bundle = Path(args.bundle).absolute()
     manifest = load_manifest(bundle)
     major, minor = sys.version_info[:2]
@@ -355,21 +357,30 @@ def setup(args: argparse.Namespace, doc: dict[str, Any], deadline: float) -> lis
     if missing:
         raise Fail(EXIT_PRECONDITION, f"the bundle lacks wheels of {', '.join(missing)} for "
                    f"Python {version}: rebuild it with `make gpu-kv-bundle`")
-    venv = Path(args.venv).absolute()
-    if venv.exists():
-        shutil.rmtree(venv)
-    system_site = not args.torch_from
-    made = subprocess.run([sys.executable, "-m", "venv", str(venv),
-                           *(["--system-site-packages"] if system_site else [])],
-                          capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        raise Fail(EXIT_PRECONDITION, f"python -m venv {venv} failed: "
-                   f"{(made.stderr.strip().splitlines() or ['?'])[-1]}")
-    python = venv / "bin" / "python"
+    work = Path(args.work).absolute()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    extra_env: dict[str, str] = {}
     if args.torch_from:
+        venv = work / "venv"
+        made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True,
+                              text=True, check=False)
+        if made.returncode != 0:
+            raise Fail(EXIT_PRECONDITION, f"python -m venv {venv} failed: "
+                       f"{(made.stderr.strip().splitlines() or ['?'])[-1]}")
+        python = venv / "bin" / "python"
         pip(python, "--find-links", str(Path(args.torch_from).absolute()),
             f"torch=={args.torch_version}", timeout=deadline - time.monotonic())
-    present = venv_has(python) if system_site else set()
+        present: set[str] = set()
+        target: list[str] = []
+    else:
+        python = Path(sys.executable)
+        present = machine_has()
+        site = work / "site"
+        target = ["--target", str(site)]
+        extra_env["PYTHONPATH"] = os.pathsep.join(
+            [str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     lacking = [d for d in manifest.get("assumed_on_machine", []) if d not in present]
     if lacking:
         raise Fail(EXIT_PRECONDITION, f"the bundle leaves {', '.join(lacking)} to the machine "
@@ -377,14 +388,15 @@ def setup(args: argparse.Namespace, doc: dict[str, Any], deadline: float) -> lis
                    "rebuild it with `make gpu-kv-bundle GPU_KV_FULL=1`")
     install = [name for dist, name in sorted(wheels.items())
                if dist == "lmcache" or dist not in present]
-    pip(python, "--no-deps", *[str(bundle / "wheels" / n) for n in install],
-        timeout=deadline - time.monotonic())
+    pip(python, "--no-deps", "--no-compile", *target,
+        *[str(bundle / "wheels" / n) for n in install], timeout=deadline - time.monotonic())
     doc["environment"]["bundle"] = {"path": str(bundle), "pythons": have,
-                                    "installed": install,
+                                    "installed": install, "into": target[-1] if target
+                                    else str(python.parent.parent),
                                     "kept_from_machine": sorted(set(wheels) - {
                                         dist_name(n) for n in install}),
                                     "plan_json": (bundle / "plan.json").is_file()}
-    return [str(python), str(Path(__file__).resolve()), *args.passthrough]
+    return [str(python), str(Path(__file__).resolve()), *args.passthrough], extra_env
 
 
 # --- stage 2: the proof -----------------------------------------------------------------------
@@ -714,9 +726,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--bundle", default=str(REPO / "gpu-kv-bundle"),
                         help="the wheel bundle (make gpu-kv-bundle)")
-    parser.add_argument("--venv", default=str(Path(os.environ.get("TMPDIR", "/tmp"))
-                                              / "deploykit-gpu-kv-venv"),
-                        help="where the venv is made (not under $OUT: it would come back)")
+    parser.add_argument("--work", default=str(Path(os.environ.get("TMPDIR", "/tmp"))
+                                              / "deploykit-gpu-kv"),
+                        help="made anew: the installed wheels (site/) or the bare venv "
+                        "(venv/); not under $OUT, whose files come back")
     parser.add_argument("--torch-from", help="install torch offline from this wheel "
                         "directory into a bare venv (CPU test); default: the machine's torch")
     parser.add_argument("--torch-version", default="2.13.0")
@@ -756,8 +769,8 @@ def main(argv: list[str] | None = None) -> int:
     inner = os.environ.get(INNER) == "1" or args.no_setup
     try:
         if not inner:
-            command = setup(args, doc, deadline)
-            env = dict(os.environ, **{INNER: "1", "PYTHONHASHSEED": PYTHONHASHSEED})
+            command, extra_env = setup(args, doc, deadline)
+            env = dict(os.environ, **{INNER: "1", "PYTHONHASHSEED": PYTHONHASHSEED}, **extra_env)
             env.pop("PYTHONHOME", None)
             # no usage report from LMCache: the machine has no network, and this one's
             # traffic stays on loopback

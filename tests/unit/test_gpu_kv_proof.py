@@ -295,14 +295,14 @@ def test_setup_refuses_a_python_the_bundle_lacks(tmp_path: Path,
         {"pythons": ["3.9"], "distributions": ["lmcache"], "assumed_on_machine": []}))
     out = tmp_path / "out"
     code = proof.main(["--bundle", str(tmp_path), "--out", str(out),
-                       "--venv", str(tmp_path / "venv")])
+                       "--work", str(tmp_path / "work")])
     assert code == proof.EXIT_PRECONDITION
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"has no wheels for Python {sys.version_info[0]}.{sys.version_info[1]}" in err
     assert "(it has 3.9)" in err and "GPU_KV_PYTHONS=" in err
     assert json.loads((out / "gpu-kv-proof.json").read_text())["exit_code"] == 3
-    assert not (tmp_path / "venv").exists()
+    assert not (tmp_path / "work").exists()
 
 
 def test_setup_without_a_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
