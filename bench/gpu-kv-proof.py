@@ -618,7 +618,8 @@ def run_repeats(args: argparse.Namespace, doc: dict[str, Any], torch: Any, engin
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
     blocks_needed = tokens_n // BLOCK_TOKENS
     num_blocks = 2 * blocks_needed + 16  # room for the load to land in other blocks
-    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)  # tokens and block tables
+    gen_kv = torch.Generator(device=device).manual_seed(args.seed)  # the KV, on the device
     # vLLM's paged KV cache (FlashAttention, NHD): per layer [2, blocks, block, heads, dim]
     kv = [torch.empty((2, num_blocks, BLOCK_TOKENS, KV_HEADS_PER_RANK, HEAD_DIM),
                       dtype=torch.bfloat16, device=device) for _ in range(args.layers)]
@@ -646,7 +647,7 @@ def run_repeats(args: argparse.Namespace, doc: dict[str, Any], torch: Any, engin
     def one(label: str, chunks: int) -> dict[str, Any]:
         n = chunks * CHUNK_TOKENS
         for t in kv:  # random bf16, made on the device
-            t.copy_(torch.randn(t.shape, generator=gen).to(torch.bfloat16))
+            t.normal_(generator=gen_kv)
         perm = torch.randperm(num_blocks, generator=gen)
         src_slots = slots_for(perm[: n // BLOCK_TOKENS])
         dst_slots = slots_for(perm[n // BLOCK_TOKENS: 2 * (n // BLOCK_TOKENS)])
