@@ -37,7 +37,7 @@ HostPagedConnector.
 Usage (bench/gpu-kv-proof.sh wraps it):
     python3 bench/gpu-kv-proof.py --bundle gpu-kv-bundle [--device cuda|cpu] [--layers N]
         [--chunks N] [--repeats N] [--budget-s S] [--out DIR] [--torch-from WHEELHOUSE]
-        [--s3-url http://host:port --s3-bucket NAME]   (keys: AWS_ACCESS_KEY_ID/SECRET)
+        [--s3-url http://BUCKET.HOST:PORT]   (keys: AWS_ACCESS_KEY_ID/SECRET)
 
 Output: gpu-kv-proof.json and gpu-kv-proof.txt in --out (default: $OUT when set, else
 runs/gpu-kv-proof). Exit codes: 0 done; 2 usage; 3 a precondition (no wheels for this
@@ -431,8 +431,9 @@ def s3_stats(endpoint: str) -> dict[str, Any]:
 
 def extension_status(torch: Any, device_ops: Any) -> dict[str, Any]:
     """Whether LMCache's compiled CUDA ops are in use, and why not (the import error)."""
+    # LMCache sets _native_bound before it tries the import: it says "tried", not "loaded"
     info: dict[str, Any] = {"device_ops": type(device_ops).__name__,
-                            "native_bound": bool(getattr(device_ops, "_native_bound", False))}
+                            "native_tried": bool(getattr(device_ops, "_native_bound", False))}
     try:
         import lmcache.cuda_ops  # noqa: F401
 
@@ -548,8 +549,10 @@ def proof(args: argparse.Namespace, doc: dict[str, Any], deadline: float) -> Non
     server = None
     logs = Path(args.out) / "logs"
     if args.s3_url:
+        # LMCache's S3 connector addresses the bucket by its host name (virtual-host
+        # style), as deploykit's remote_url does: the URL names the bucket's endpoint
         endpoint = args.s3_url.split("://", 1)[-1].rstrip("/")
-        remote = f"s3://{args.s3_bucket}.{endpoint}" if args.s3_bucket else f"s3://{endpoint}"
+        remote = f"s3://{endpoint}"
         keys = {"aws_access_key_id": os.environ.get("AWS_ACCESS_KEY_ID"),
                 "aws_secret_access_key": os.environ.get("AWS_SECRET_ACCESS_KEY")}
         doc["s3"] = {"endpoint": args.s3_url, "server": "external", "remote_url": remote}
@@ -624,6 +627,7 @@ def run_repeats(args: argparse.Namespace, doc: dict[str, Any], torch: Any, engin
     kv = [torch.empty((2, num_blocks, BLOCK_TOKENS, KV_HEADS_PER_RANK, HEAD_DIM),
                       dtype=torch.bfloat16, device=device) for _ in range(args.layers)]
     doc["geometry"]["kv_cache_bytes"] = sum(t.numel() * t.element_size() for t in kv)
+    doc["seed"] = args.seed
 
     def sync() -> None:
         if device.type == "cuda":
@@ -651,7 +655,7 @@ def run_repeats(args: argparse.Namespace, doc: dict[str, Any], torch: Any, engin
         perm = torch.randperm(num_blocks, generator=gen)
         src_slots = slots_for(perm[: n // BLOCK_TOKENS])
         dst_slots = slots_for(perm[n // BLOCK_TOKENS: 2 * (n // BLOCK_TOKENS)])
-        tokens = torch.randint(1000, 31000, (n,), generator=gen).to(device)
+        tokens = torch.randint(1000, 31000, (n,), generator=gen)  # on the host, as vLLM's
         stored_copy = gather(src_slots).clone()
         sync()
         t0 = time.perf_counter()
@@ -739,10 +743,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help=f"layers of the KV (default {NUM_LAYERS}, the model's)")
     parser.add_argument("--chunks", type=int, default=16, help="chunks per repeat")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=45)
-    parser.add_argument("--s3-url", help="a real S3 endpoint (http://host:port) instead of "
-                        "the bundled test server; keys from AWS_ACCESS_KEY_ID/SECRET")
-    parser.add_argument("--s3-bucket", help="with --s3-url: the bucket (virtual-host style)")
+    parser.add_argument("--seed", type=int, help="of the tokens and the KV (default: from "
+                        "the clock, so a run against a kept endpoint writes new keys)")
+    parser.add_argument("--s3-url", help="a real S3 endpoint instead of the bundled test "
+                        "server: the bucket's virtual-host URL, http://BUCKET.HOST[:PORT] "
+                        "(deploykit's remote_url, e.g. http://lmcache.s3.cephlab.com:80); "
+                        "keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; plain HTTP")
     parser.add_argument("--budget-s", type=float, default=540.0)
     parser.add_argument("--reserve-s", type=float, default=20.0,
                         help="no new repeat starts with less than this left")
@@ -754,9 +760,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--layers: 1 to {NUM_LAYERS}")
     if args.chunks < 1 or args.repeats < 1:
         parser.error("--chunks and --repeats: at least 1")
-    if args.s3_bucket and not args.s3_url:
-        parser.error("--s3-bucket needs --s3-url")
+    if args.s3_url and not args.s3_url.startswith("http://"):
+        parser.error("--s3-url: http://BUCKET.HOST[:PORT] (the proof disables TLS)")
     args.passthrough = list(argv if argv is not None else sys.argv[1:])
+    if args.seed is None:
+        args.seed = time.time_ns() % 2**31
     return args
 
 
