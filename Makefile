@@ -7,7 +7,7 @@ DK     := $(BIN)/deploykit
 INSTALLED ?= /var/tmp/deploykit-installed
 
 .PHONY: install test test-lab test-upstream unit lint golden docs lab lab-down bench clean plan-example dist ee-context set-version \
-        lab-prefetch-background wheel-venv
+        lab-prefetch-background wheel-venv gpu-kv-bundle test-gpu-proof
 
 install: $(DK)
 
@@ -84,6 +84,27 @@ bench: install
 	$(BIN)/python bench/ttft_agreement.py
 	$(DK) bench storage --inventory lab
 	$(DK) bench ttft --inventory lab --lengths 4096 --repeats 3
+
+## The wheels bench/gpu-kv-proof.py installs offline on a lent GPU machine: LMCache 0.5.6 and
+## what its S3 path imports that the machine's image lacks, for GPU_KV_PYTHONS, and the
+## planner's figures (plan.json). Carried as `gpu-kv-bundle` (docs/benchmarks.md).
+## GPU_KV_FULL=1 adds what the image has (for a bare venv).
+GPU_KV_PYTHONS ?= 3.11,3.12
+GPU_KV_FULL ?=
+gpu-kv-bundle: install
+	$(BIN)/python bench/gpu-kv-bundle.py --out gpu-kv-bundle --pythons $(GPU_KV_PYTHONS) \
+	  $(if $(GPU_KV_FULL),--full)
+
+## The GPU KV proof's CPU mode as CI would run it (not part of `make test`; about 3 minutes):
+## a full bundle for this Python, a bare venv made from it offline with torch from the
+## lab's cached wheelhouse, the bundled S3 server, 4 of the model's 64 layers.
+WHEELHOUSE ?= /var/cache/deploykit/wheelhouse/cpu-vllm-0.32.0-lmcache-0.5.6-py311
+test-gpu-proof: install
+	$(BIN)/python bench/gpu-kv-bundle.py --out runs/gpu-kv-bundle-cpu --full \
+	  --pythons $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	$(PYTHON) bench/gpu-kv-proof.py --bundle runs/gpu-kv-bundle-cpu --device cpu --layers 4 \
+	  --chunks 8 --repeats 3 --torch-from $(WHEELHOUSE) --out runs/gpu-kv-proof-cpu \
+	  --work /var/tmp/deploykit-gpu-kv-cpu
 
 ## The sdist and the wheel built from it (roles, playbooks, templates inside), the lab's
 ## wheel and the Ansible collection, in dist/.
