@@ -213,6 +213,8 @@ def lmcache(version: str) -> LMCacheCompat:
 @cache
 def vllm(version: str) -> VLLMCompat:
     series, e = _series_entry("vllm", version)
+    # a dot release may pin another torch than its series (0.10.2: 2.8)
+    torch = (e.get("torch_releases") or {}).get(version, e.get("torch"))
     return VLLMCompat(
         series=series,
         kv_transfer_fields=frozenset(e["kv_transfer_fields"]),
@@ -234,7 +236,7 @@ def vllm(version: str) -> VLLMCompat:
         torch_pins={k: list(v) for k, v in (e.get("torch_pins") or {}).items()},
         topologies={k: list(v) for k, v in (e.get("topologies") or {}).items()},
         system_packages={k: list(v) for k, v in (e.get("system_packages") or {}).items()},
-        torch=None if e.get("torch") is None else str(e["torch"]),
+        torch=None if torch is None else str(torch),
         transformers=None if e.get("transformers") is None else str(e["transformers"]),
         shutdown_timeout=bool(e.get("shutdown_timeout", False)),
         cudagraph_in_budget=bool(e.get("cudagraph_in_budget", False)),
