@@ -507,7 +507,7 @@ class HostConfig(BaseModel):
     # the latest start after the calendar time, s (each host draws its own delay)
     lmcache_scheduled_restart_delay: int = Field(default=1800, ge=0, le=86400)
     # hosts of one model that restart at once (each pool: scheduled restarts, breaker
-    # heals); unset: one per 10 hosts of the model, at most vllm_serial (render/self_heal.py)
+    # heals); unset: one per 10 hosts of the model (plan/lease.py)
     lmcache_scheduled_restart_slots: int | None = Field(
         default=None, ge=1, le=1000, json_schema_extra={"default_text": "hosts / 10, at most "
                                                                       "vllm_serial"})

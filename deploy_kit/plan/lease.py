@@ -6,9 +6,11 @@ A lease is one per model (its serving identity's prefix, render/s3_access.py) an
 domain. The inventory has no rack, row or zone field, so the site is one failure domain
 (DOMAIN); the lease keys carry it already. Each lease has two pools of `slots` slots: the
 scheduled restarts' and the breaker heals'. The slots are sized from the fleet: one per
-HOSTS_PER_SLOT hosts sharing the lease, at least one, never more than vllm_serial (the
-serving hosts the site lets restart at once: `up` takes as many down in its roll);
-lmcache_scheduled_restart_slots sets them outright."""
+HOSTS_PER_SLOT hosts sharing the lease (a tenth of the model's hosts restarting at once, each
+one instance at a time behind its health gate), at least one;
+lmcache_scheduled_restart_slots sets them outright. vllm_serial does not bound them: it sizes
+`up`'s converge batches, whose risk is a bad version on many hosts, not a planned restart of
+a version already running."""
 
 from __future__ import annotations
 
@@ -81,10 +83,9 @@ def lease_group(site: Site, host: Host) -> list[Host]:
     return _leases(site)[0].get(lease_key(host), [host])
 
 
-def sized_slots(hosts: int, tolerated: int) -> int:
-    """Slots for `hosts` sharing a lease: one per HOSTS_PER_SLOT (rounded up), at least one,
-    never more than the hosts the site lets restart at once (vllm_serial)."""
-    return max(1, min(-(-hosts // HOSTS_PER_SLOT), tolerated, hosts))
+def sized_slots(hosts: int) -> int:
+    """Slots for `hosts` sharing a lease: one per HOSTS_PER_SLOT (rounded up), at least one."""
+    return max(1, -(-hosts // HOSTS_PER_SLOT))
 
 
 def slots(site: Site, host: Host) -> int:
@@ -96,6 +97,5 @@ def slots(site: Site, host: Host) -> int:
         group = groups.get(key, [host])
         chosen = [h.config.lmcache_scheduled_restart_slots for h in group
                   if h.config.lmcache_scheduled_restart_slots is not None]
-        known[key] = max(chosen) if chosen else \
-            sized_slots(len(group), min(h.config.vllm_serial for h in group))
+        known[key] = max(chosen) if chosen else sized_slots(len(group))
     return known[key]

@@ -137,8 +137,8 @@ def warnings(plans: list[RollPlan]) -> list[str]:
             f"daily restart of {r.model} ({len(r.hosts)} hosts): about "
             f"{hours(r.roll_seconds)} with {r.slots} slot(s), longer than the "
             f"{hours(r.window_seconds)} a host waits for one, so some hosts skip it that "
-            f"day: let {r.slots_needed} hosts restart at once (vllm_serial: "
-            f"{r.slots_needed}, or lmcache_scheduled_restart_slots: {r.slots_needed})")
+            f"day: let {r.slots_needed} hosts restart at once "
+            f"(lmcache_scheduled_restart_slots: {r.slots_needed})")
     return out
 
 

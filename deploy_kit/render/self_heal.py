@@ -24,9 +24,8 @@ it by creating the next number while the newest is free or expired, and frees it
 overwriting its own. Nothing is deleted (the serving identity has no delete right; lifecycle
 expiry removes old numbers).
 
-Two pools of `slots` slots each (plan/lease.py: ceil(hosts sharing the lease / 10), at most
-vllm_serial, the hosts the site lets restart at once; lmcache_scheduled_restart_slots
-overrides): `restart-<k>` for the scheduled restarts and `heal-<k>` for the breaker heals.
+Two pools of `slots` slots each (plan/lease.py: ceil(hosts sharing the lease / 10);
+lmcache_scheduled_restart_slots overrides): `restart-<k>` for the scheduled restarts and `heal-<k>` for the breaker heals.
 A heal never takes, or waits for, a restart slot, and a scheduled restart does not start
 while any heal slot is held: a tripped breaker never queues behind the daily roll. The
 inventory has no rack, zone or row field, so the site is one failure domain (DOMAIN); the

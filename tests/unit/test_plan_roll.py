@@ -30,10 +30,10 @@ def fleet(root: Path, hosts: int, **vllm: object) -> Path:
 
 
 def test_a_forty_host_sites_daily_roll_fits_its_window(tmp_path: Path) -> None:
-    site = open_site(str(fleet(tmp_path / "site", 40, vllm_serial=4)))
+    site = open_site(str(fleet(tmp_path / "site", 40)))  # nothing set: sized from the fleet
     plan = build_plan(site)
     (r,) = plan.restarts
-    assert len(r.hosts) == 40 and r.slots == 4  # ceil(40 / 10), within vllm_serial
+    assert len(r.hosts) == 40 and r.slots == 4  # ceil(40 / 10)
     assert r.fits and r.roll_seconds <= r.window_seconds == 21600
     # 4 instances a host; the slowest (Gaudi3, warm-up) about 42 minutes
     assert 30 * 60 < r.host_seconds < 60 * 60
@@ -42,14 +42,14 @@ def test_a_forty_host_sites_daily_roll_fits_its_window(tmp_path: Path) -> None:
 
 def test_a_site_that_lets_one_host_restart_at_a_time_is_told_what_it_needs(tmp_path: Path
                                                                           ) -> None:
-    """vllm_serial 1 (the default): the site tolerates one host restarting at a time, so
-    one slot, and 40 hosts one after another overrun the 6 h wait."""
-    root = fleet(tmp_path / "site", 40)
+    """lmcache_scheduled_restart_slots 1: 40 hosts one after another overrun the 6 h wait,
+    and plan names the slots that fit."""
+    root = fleet(tmp_path / "site", 40, lmcache_scheduled_restart_slots=1)
     plan = build_plan(open_site(str(root)))
     (r,) = plan.restarts
     assert r.slots == 1 and not r.fits and r.slots_needed == 2
     (warning,) = [w for w in plan.warnings if w.startswith("daily restart")]
-    assert "vllm_serial: 2, or lmcache_scheduled_restart_slots: 2" in warning
+    assert "(lmcache_scheduled_restart_slots: 2)" in warning
     fixed = build_plan(open_site(str(fleet(tmp_path / "fixed", 40,
                                            lmcache_scheduled_restart_slots=2))))
     assert fixed.restarts[0].slots == 2 and fixed.restarts[0].fits

@@ -1038,13 +1038,11 @@ def test_a_waiting_scheduled_restart_leaves_this_hosts_heal_free(
     assert free and all(free), free
 
 
-@pytest.mark.parametrize(("hosts", "serial", "slots"), [
-    (1, 1, 1), (9, 4, 1), (10, 4, 1), (11, 4, 2), (40, 4, 4), (40, 1, 1), (40, 2, 2),
-    (400, 64, 40), (3, 10, 1),
+@pytest.mark.parametrize(("hosts", "slots"), [
+    (1, 1), (9, 1), (10, 1), (11, 2), (40, 4), (400, 40), (3, 1),
 ])
-def test_slots_are_sized_from_the_hosts_and_capped_by_what_the_site_tolerates(
-        hosts: int, serial: int, slots: int) -> None:
-    assert lease.sized_slots(hosts, serial) == slots
+def test_slots_are_sized_from_the_hosts_sharing_the_lease(hosts: int, slots: int) -> None:
+    assert lease.sized_slots(hosts) == slots
 
 
 def test_the_render_sizes_the_slots_from_the_hosts_sharing_the_lease(
@@ -1052,7 +1050,7 @@ def test_the_render_sizes_the_slots_from_the_hosts_sharing_the_lease(
     hosts = {"all": {"children": {**CPU_TWO_INSTANCES["all"]["children"], "vllm": {
         "hosts": {f"gpu{i}": {"ansible_host": f"10.0.1.{i}"} for i in range(1, 24)},
         "vars": {"vllm_accelerator": "cuda", "lmcache_topology": "inprocess",
-                 "vllm_model": "Qwen/Qwen3-8B", "vllm_serial": 4}}}}}
+                 "vllm_model": "Qwen/Qwen3-8B"}}}}}
     site = open_site(str(make_inventory(hosts=hosts)))
     config = self_heal.agent_config(site, site.hosts["gpu1"])
     assert (config["slots"], config["domain"]) == (3, "site")  # 23 hosts: ceil(23 / 10)
