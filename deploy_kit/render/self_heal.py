@@ -25,7 +25,8 @@ overwriting its own. Nothing is deleted (the serving identity has no delete righ
 expiry removes old numbers).
 
 Two pools of `slots` slots each (plan/lease.py: ceil(hosts sharing the lease / 10);
-lmcache_scheduled_restart_slots overrides): `restart-<k>` for the scheduled restarts and `heal-<k>` for the breaker heals.
+lmcache_scheduled_restart_slots overrides): `restart-<k>` for the scheduled restarts and
+`heal-<k>` for the breaker heals.
 A heal never takes, or waits for, a restart slot, and a scheduled restart does not start
 while any heal slot is held: a tripped breaker never queues behind the daily roll. The
 inventory has no rack, zone or row field, so the site is one failure domain (DOMAIN); the
