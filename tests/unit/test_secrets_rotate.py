@@ -140,7 +140,9 @@ def test_a_generated_api_key_never_starts_with_a_dash(monkeypatch: pytest.Monkey
 
 def test_a_vllm_that_may_take_one_key_only_is_refused(
         make_inventory: InventoryFactory, tmp_path: Path, fake_runner: Runs) -> None:  # noqa: F811
-    root = make_inventory(vllm={"vllm_version": "0.10.2", "vllm_max_model_len": 32768})
+    # vLLM 0.10.2 pins torch 2.8: PyPI's LMCache 0.5.6 does not load there, the site's does
+    root = make_inventory(vllm={"vllm_version": "0.10.2", "vllm_max_model_len": 32768,
+                                "lmcache_wheel_dir": "/srv/wheelhouse/lmcache"})
     assert run_cli("secrets", "generate", "-i", str(root)).returncode == 0
     before = tree_digest(root)
     result = rotate(root, tmp_path, "vllm-api-key", "--yes")
