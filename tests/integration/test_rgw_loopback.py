@@ -87,8 +87,9 @@ def _inventory(root: Path, conf: Path) -> Path:
         "rgw": {"hosts": {"rgw1": {"ansible_host": ADDRESS}}},
         "consul_servers": {"hosts": {"c1": {"ansible_host": "10.255.0.21"}}},
         "dns": {"hosts": {"dns1": {"ansible_host": "10.255.0.31"}}},
-        "vllm": {"hosts": {"gpu1": {"ansible_host": "10.255.1.1",
-                                    "vllm_accelerator": "cuda"}}},
+        # Qwen3-32B at TP 1 on one H100: 32K fits beside vLLM's CUDA graphs, 40K does not
+        "vllm": {"hosts": {"gpu1": {"ansible_host": "10.255.1.1", "vllm_accelerator": "cuda",
+                                    "vllm_max_model_len": 32768}}},
     }}}
     (root / "group_vars").mkdir(parents=True)
     (root / "hosts.yml").write_text(yaml.safe_dump(hosts))
