@@ -25,7 +25,7 @@ from deploy_kit.config.edge_values import edge_value_problem, kind_of
 from deploy_kit.core import compat
 
 OWNED_PREFIXES = ("deploykit_", "ceph_rgw_", "consul_", "coredns_", "resolver_", "lmcache_",
-                  "vllm_", "monitoring_")
+                  "vllm_", "router_", "monitoring_")
 SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "ceph_rgw_concentrator_monitor_password", "vllm_api_key",
                "vllm_api_key_next",
@@ -64,6 +64,8 @@ UNPRIVILEGED_PORTS = {
     "monitoring_prometheus_port": "Prometheus", "monitoring_blackbox_port": "the blackbox exporter",
     "monitoring_alertmanager_port": "Alertmanager",
     "monitoring_node_exporter_port": "the node exporter",
+    "vllm_kv_events_loopback_port": "vLLM", "router_loopback_port": "the router",
+    "router_metrics_port": "the router",
 }
 # a Prometheus duration deploykit writes into rules and the config, in Prometheus's own
 # syntax (`15s`, `1d`, `1m30s`: units in descending order, each at most once); whole
@@ -618,6 +620,48 @@ class HostConfig(BaseModel):
     # 0.18+); 0: vLLM's default, abort them. The unit's TimeoutStopSec is this plus 60 s
     vllm_shutdown_timeout: int = Field(default=60, ge=0, le=3600)
     vllm_enable_prefix_caching: bool | None = None  # None: vLLM's default (on)
+    # vLLM's KV events (--kv-events-config: ZMQ, topic kv@<addr>:<port>@<model>), which the
+    # router's kvaware logic reads; None: on where the site has a `router` group
+    vllm_kv_events: bool | None = None
+    # instance i publishes its events on 127.0.0.1 at vllm_kv_events_loopback_port + i; the
+    # serving front passes vllm_kv_events_port + i on to it for the router hosts only (the
+    # events carry prompt token ids)
+    vllm_kv_events_port: int = Field(default=5557, ge=1, le=65535)
+    vllm_kv_events_loopback_port: int = Field(default=15557, ge=1, le=65535)
+    # where a site has routers, who besides them, loopback and the monitoring hosts may send
+    # requests to an instance's /v1 directly (addresses or CIDR networks): the controller
+    # that runs `verify` and `bench`, an operator's network
+    vllm_direct_sources: list[str] = Field(default_factory=list)
+
+    # --- router: the `router` group runs vllm-router (PyPI, pinned by hash) behind a front
+    # that checks the API key; every vLLM instance of the site is its backend, and the
+    # routers answer together under one name (Consul + CoreDNS, as the S3 name) ------------
+    # the vllm-router release; its lock (every wheel's sha256) ships with deploykit
+    router_version: str = "0.1.17"
+    # how a request picks its instance: prefixaware (the router's tree of what each instance
+    # was sent), kvaware (vLLM's KV events: what each instance holds), session (a hash of
+    # x-session-id or the request's `user`), roundrobin
+    router_routing_logic: Literal["prefixaware", "kvaware", "session", "roundrobin"] = \
+        "prefixaware"
+    # the name clients use; unset: llm.<the S3 name's domain> (s3.example.com: llm.example.com)
+    router_fqdn: str | None = None
+    # the Consul service the routers register (CoreDNS answers router_fqdn with its set)
+    router_service_name: str = "llm"
+    # the router front's public port (HAProxy: checks the key, passes /v1, /health, /metrics)
+    router_port: int = Field(default=8200, ge=1, le=65535)
+    router_loopback_port: int = Field(default=18200, ge=1, le=65535)  # the router, 127.0.0.1
+    router_metrics_port: int = Field(default=29000, ge=1, le=65535)  # its Prometheus, 127.0.0.1
+    # seconds between the router's health checks of each backend; two failures take it out
+    router_health_check_interval: int = Field(default=5, ge=1, le=3600)
+    # the virtual environment vllm-router is installed into, and the user it runs as
+    router_venv: str = "/opt/deploykit/router"
+    router_user: str = "vllm-router"
+    # a controller directory with the lock's wheels (air-gapped sites, the lab): the router
+    # installs from it, offline, by the same hashes; empty: from PyPI
+    router_wheel_dir: str = ""
+    # words appended to the router's argv (e.g. --balance-abs-threshold 16)
+    router_extra_args: list[str] = Field(default_factory=list)
+
 
     # --- monitoring: Prometheus targets, alert rules and a dashboard (render tree
     # _cluster/monitoring/); a `monitoring` group gets Prometheus itself -----------------
@@ -723,7 +767,7 @@ class HostConfig(BaseModel):
                              "files (units, env files, configs) where it would start a line")
         return value
 
-    @field_validator("consul_service_name", "consul_datacenter")
+    @field_validator("consul_service_name", "consul_datacenter", "router_service_name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
         # both become DNS labels (<service>.service.<dc>.consul) and names in Consul's
@@ -751,7 +795,7 @@ class HostConfig(BaseModel):
                              "'.', '_' and '-', at most 64")
         return value
 
-    @field_validator("vllm_user")
+    @field_validator("vllm_user", "router_user")
     @classmethod
     def _user_name(cls, value: str) -> str:
         if not _USER_NAME.match(value):
@@ -770,7 +814,7 @@ class HostConfig(BaseModel):
 
     @field_validator("lmcache_config_dir", "vllm_venv", "consul_data_dir", "lmcache_disk_path",
                      "deploykit_ceph_conf", "vllm_models_dir", "lmcache_nixl_ca_bundle",
-                     "deploykit_common_record_path", "vllm_wheel_staging_dir")
+                     "deploykit_common_record_path", "vllm_wheel_staging_dir", "router_venv")
     @classmethod
     def _paths_absolute(cls, value: str) -> str:
         return _absolute_path(value)
@@ -813,7 +857,7 @@ class HostConfig(BaseModel):
                              "unprivileged user and could not bind it|use a port from 1024 up")
         return value
 
-    @field_validator("vllm_metrics_sources")
+    @field_validator("vllm_metrics_sources", "vllm_direct_sources")
     @classmethod
     def _metrics_sources(cls, value: list[str]) -> list[str]:
         # each lands in the serving front's `src` ACL (render/serving_front.py) as written
@@ -826,9 +870,11 @@ class HostConfig(BaseModel):
                                  ) from None
         return value
 
-    @field_validator("deploykit_s3_fqdn")
+    @field_validator("deploykit_s3_fqdn", "router_fqdn")
     @classmethod
-    def _fqdn(cls, value: str) -> str:
+    def _fqdn(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         why = dns_name_problem(value)
         if why:
             raise ValueError(f"{why}|use a name such as s3.example.com")

@@ -79,6 +79,19 @@ VLLM_FRONT_UNIT_PATH = f"/etc/systemd/system/{VLLM_FRONT_UNIT}.service"
 VLLM_FRONT_CFG_PATH = "/etc/haproxy/vllm-front.cfg"
 # SHA-256 digests of the accepted `Authorization` values (0600, the role writes it)
 VLLM_FRONT_KEYS_PATH = "/etc/haproxy/vllm-front.keys"
+# the router (render/router.py): vllm-router on loopback, and its front (HAProxy) on
+# router_port; the front's keys file has the serving front's format
+ROUTER_UNIT = "vllm-router"
+ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_UNIT}.service"
+ROUTER_DIR = "/etc/deploykit-router"
+ROUTER_LAUNCHER_PATH = f"{ROUTER_DIR}/launch.py"
+# VLLM_ROUTER_API_KEY (0600): the key the router sends on its own calls to the instances
+ROUTER_SECRET_ENV_PATH = f"{ROUTER_DIR}/secret.env"
+ROUTER_FRONT_UNIT = "vllm-router-front"
+ROUTER_FRONT_UNIT_PATH = f"/etc/systemd/system/{ROUTER_FRONT_UNIT}.service"
+ROUTER_FRONT_CFG_PATH = "/etc/haproxy/vllm-router-front.cfg"
+ROUTER_FRONT_KEYS_PATH = "/etc/haproxy/vllm-router-front.keys"
+CONSUL_ROUTER_SERVICE_PATH = "/etc/consul.d/llm-service.json"
 # the host agents the roles copy from deploy_kit/agents (their settings are rendered)
 SELF_HEAL_SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
 S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
@@ -87,6 +100,9 @@ COREDNS_UNIT_PATH = "/etc/systemd/system/coredns.service"
 CONSUL_UNIT_PATH = "/etc/systemd/system/consul.service"
 CONSUL_AGENT_PATH = "/etc/consul.d/consul.json"
 CONSUL_SERVICE_PATH = "/etc/consul.d/s3-service.json"
+# the groups whose hosts run a Consul agent: servers, the gateways (the s3 service) and the
+# routers (the router name's service)
+CONSUL_AGENT_GROUPS = frozenset({"rgw", "consul_servers", "router"})
 COREDNS_DIR = "/etc/coredns"
 
 # Written by the roles from what only Ansible holds (keys, binaries, markers), so not in the
@@ -140,3 +156,11 @@ def model_staged_marker_path(c: HostConfig) -> str:
 def rgw_instance_names(host_name: str, count: int) -> list[str]:
     """Instance names for Debian's ceph-radosgw@.service (it runs `--name client.%i`)."""
     return [f"rgw.{host_name}.{i}" for i in range(count)]
+
+
+def router_fqdn(c: HostConfig) -> str:
+    """The name clients send requests to: router_fqdn, else `llm.` in the S3 name's domain."""
+    if c.router_fqdn:
+        return c.router_fqdn
+    domain = c.deploykit_s3_fqdn.partition(".")[2]
+    return f"llm.{domain}" if domain else "llm"

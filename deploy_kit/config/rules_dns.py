@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 from collections.abc import Iterator
 
+from deploy_kit.config import names
 from deploy_kit.config.models import dns_name_problem
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
@@ -52,7 +53,7 @@ def consul_node_names_usable(site: Site) -> Iterator[Problem]:
     two names one catalog treats as one node (its index ignores case), break registration."""
     if site.settings.deploykit_dns_mode != "consul":
         return
-    agents = [h for h in site.hosts.values() if h.groups & {"rgw", "consul_servers"}]
+    agents = [h for h in site.hosts.values() if h.groups & names.CONSUL_AGENT_GROUPS]
     seen: dict[str, str] = {}
     for host in sorted(agents, key=lambda h: h.name):
         # host names (FQDN inventory names included); anything else (an underscore, a
@@ -112,7 +113,7 @@ def consul_tls_agrees(site: Site) -> Iterator[Problem]:
     agent's RPC. (The datacenter the server certificates name is one value for the whole
     site: site.SITE_KEYS.)"""
     agents = [h for h in site.hosts.values()
-              if h.config.deploykit_dns_mode == "consul" and h.groups & {"rgw", "consul_servers"}]
+              if h.config.deploykit_dns_mode == "consul" and h.groups & names.CONSUL_AGENT_GROUPS]
     key = "consul_tls_enabled"
     values = [getattr(h.config, key) for h in agents]
     common = max(values, key=values.count) if values else None

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
@@ -37,7 +38,7 @@ def _archive_pinned(key: str, c: HostConfig) -> bool:
 # the URL setting, its version, the controller-binary setting that replaces it, its groups
 DOWNLOADS = {
     "consul_binary_url": ("consul_version", "consul_binary_src",
-                          frozenset({"rgw", "consul_servers"})),
+                          names.CONSUL_AGENT_GROUPS),
     "coredns_binary_url": ("coredns_version", "coredns_binary_src", frozenset({"dns"})),
 }
 PIN_KEYS = {"consul_binary_url": "consul_archive_sha256",
@@ -98,7 +99,7 @@ def consul_release_pinned(site: Site) -> Iterator[Problem]:
     does not render is refused."""
     for host in site.hosts.values():
         c = host.config
-        if c.deploykit_dns_mode != "consul" or not host.groups & {"rgw", "consul_servers"}:
+        if c.deploykit_dns_mode != "consul" or not host.groups & names.CONSUL_AGENT_GROUPS:
             continue
         try:
             wanted = compat.parse_version(c.consul_version)

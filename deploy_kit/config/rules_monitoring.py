@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator
 from importlib import resources
 
+from deploy_kit.config import names
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Site
@@ -92,7 +93,7 @@ def consul_timings_work(site: Site) -> Iterator[Problem]:
     if site.settings.deploykit_dns_mode != "consul":
         return
     for host in site.hosts.values():
-        if not host.groups & {"rgw", "consul_servers"}:
+        if not host.groups & names.CONSUL_AGENT_GROUPS:
             continue
         c = host.config
         for key in ("consul_check_interval", "consul_check_timeout", "consul_retry_interval"):

@@ -16,6 +16,7 @@ import functools
 import ipaddress
 from collections.abc import Iterator
 
+from deploy_kit.config import names
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Host, Site
@@ -90,7 +91,7 @@ def consul_http_address_bindable(site: Site) -> Iterator[Problem]:
     if site.settings.deploykit_dns_mode != "consul":
         return
     for host in site.hosts.values():
-        if not host.groups & {"rgw", "consul_servers"}:
+        if not host.groups & names.CONSUL_AGENT_GROUPS:
             continue
         value = host.config.consul_http_address
         ip = _ip(value)

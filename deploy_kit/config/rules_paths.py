@@ -25,6 +25,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from deploy_kit.config import names
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
@@ -88,6 +89,7 @@ PRIVATE_DIRS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "vllm_models_dir": ("filled with the staged model", ("model", "llm", "huggingface",
                                                           "weights")),
     "vllm_venv": ("made a Python virtual environment", None),
+    "router_venv": ("made a Python virtual environment", None),
     "lmcache_disk_path": ("filled with LMCache's chunk files", None),
     "vllm_wheel_staging_dir": ("filled with the wheelhouse and deleted after every venv "
                                "build", ()),
@@ -96,9 +98,9 @@ PRIVATE_DIRS: dict[str, tuple[str, tuple[str, ...] | None]] = {
 DESTRUCTIVE_DIRS = ("consul_data_dir", "vllm_wheel_staging_dir")
 RECORD_KEY = "deploykit_common_record_path"
 BINARY_SOURCES = {"consul_binary_src": "consul", "coredns_binary_src": "coredns"}
-BINARY_GROUPS = {"consul_binary_src": frozenset({"rgw", "consul_servers"}),
+BINARY_GROUPS = {"consul_binary_src": names.CONSUL_AGENT_GROUPS,
                  "coredns_binary_src": frozenset({"dns"})}
-CONTROLLER_DIRS = ("vllm_wheel_dir", "lmcache_wheel_dir")
+CONTROLLER_DIRS = ("vllm_wheel_dir", "lmcache_wheel_dir", "router_wheel_dir")
 
 
 def normal(path: str) -> str:
@@ -157,7 +159,7 @@ def _host_dirs(host: Host) -> dict[str, str]:
     """The private directories this host's roles use, normalised."""
     c = host.config
     dirs: dict[str, str] = {}
-    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+    if c.deploykit_dns_mode == "consul" and host.groups & names.CONSUL_AGENT_GROUPS:
         dirs["consul_data_dir"] = c.consul_data_dir
     if "vllm" in host.groups:
         dirs["lmcache_config_dir"] = c.lmcache_config_dir
@@ -167,6 +169,8 @@ def _host_dirs(host: Host) -> dict[str, str]:
             dirs["vllm_models_dir"] = c.vllm_models_dir
         if c.lmcache_mode == "disk":
             dirs["lmcache_disk_path"] = c.lmcache_disk_path
+    if "router" in host.groups:
+        dirs["router_venv"] = c.router_venv
     return {k: normal(v) for k, v in dirs.items() if v}
 
 

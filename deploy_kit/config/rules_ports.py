@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from deploy_kit.config import names
 from deploy_kit.config.instances import instance_count
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
@@ -28,7 +29,7 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
     monitoring group (serving hosts then run the node exporter)."""
     c = host.config
     claims: list[tuple[int, str]] = []
-    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+    if c.deploykit_dns_mode == "consul" and host.groups & names.CONSUL_AGENT_GROUPS:
         claims += list(CONSUL_AGENT_PORTS)
         if "consul_servers" in host.groups:
             claims += list(CONSUL_SERVER_PORTS)
@@ -42,7 +43,7 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
         claims += [(c.coredns_port, "coredns_port"), (c.coredns_health_port, "coredns_health_port"),
                    (c.coredns_ready_port, "coredns_ready_port"),
                    (c.coredns_metrics_port, "coredns_metrics_port")]
-    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+    if c.deploykit_dns_mode == "consul" and host.groups & names.CONSUL_AGENT_GROUPS:
         claims += [(c.consul_dns_port, "consul_dns_port"), (c.consul_http_port, "consul_http_port")]
     if "vllm" in host.groups:
         # every instance's front listens on vllm_port + i, and vLLM itself on 127.0.0.1 at
@@ -54,8 +55,16 @@ def ports_in_use(host: Host, monitored: bool = False) -> dict[int, str]:
             claims += [(c.lmcache_server_port, "lmcache_server_port"),
                        (c.lmcache_server_http_port, "lmcache_server_http_port"),
                        (c.lmcache_server_metrics_port, "lmcache_server_metrics_port")]
+        if c.vllm_kv_events:  # the front passes port + i on to vLLM's publisher on loopback
+            claims += [(c.vllm_kv_events_port + i, "vllm_kv_events_port")
+                       for i in range(instance_count(c))]
+            claims += [(c.vllm_kv_events_loopback_port + i, "vllm_kv_events_loopback_port")
+                       for i in range(instance_count(c))]
         if monitored and c.monitoring_node_exporter_install:
             claims.append((c.monitoring_node_exporter_port, "monitoring_node_exporter_port"))
+    if "router" in host.groups:
+        claims += [(c.router_port, "router_port"), (c.router_loopback_port, "router_loopback_port"),
+                   (c.router_metrics_port, "router_metrics_port")]
     if "monitoring" in host.groups:
         claims += [(c.monitoring_prometheus_port, "monitoring_prometheus_port"),
                    (c.monitoring_blackbox_port, "monitoring_blackbox_port")]

@@ -33,7 +33,7 @@ from deploy_kit.core.errors import Problem
 from deploy_kit.core.geometry import ModelGeometry, find_preset, from_hf_config
 
 _REF_NAME = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
-GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "monitoring")
+GROUPS = ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "router", "monitoring")
 CONNECTION_KEYS = ("ansible_user", "ansible_port", "ansible_ssh_private_key_file",
                    "ansible_connection")
 
@@ -53,6 +53,8 @@ SITE_KEYS: tuple[str, ...] = (
     # DNS and Consul
     "deploykit_dns_mode", "consul_datacenter", "consul_acl_enabled", "consul_acl_default_policy",
     "consul_gossip_encryption", "consul_http_port", "consul_service_name",
+    # the router name: one name, one port and one Consul service for all routers
+    "router_fqdn", "router_service_name", "router_port",
     # the site's TLS authority (on the controller)
     "deploykit_tls_dir", "deploykit_tls_ca_cert", "deploykit_tls_ca_key",
     "deploykit_tls_cert_days",
@@ -128,9 +130,19 @@ def with_site_values(host: Host, agreed: dict[str, SiteValue]) -> Host:
 
 
 def with_agreed_values(hosts: dict[str, Host]) -> dict[str, Host]:
-    """Every host with the site-wide values the hosts that set them agree on."""
+    """Every host with the site-wide values the hosts that set them agree on, and the
+    defaults that follow the site's shape rather than one host's (with_site_shape)."""
     agreed = site_values(list(hosts.values()))
-    return {name: with_site_values(host, agreed) for name, host in hosts.items()}
+    return with_site_shape({name: with_site_values(host, agreed)
+                            for name, host in hosts.items()})
+
+
+def with_site_shape(hosts: dict[str, Host]) -> dict[str, Host]:
+    """vllm_kv_events left unset: on where the site has routers (they read the events)."""
+    routed = any("router" in h.groups for h in hosts.values())
+    return {name: host if host.config.vllm_kv_events is not None else dataclasses.replace(
+        host, config=host.config.model_copy(update={"vllm_kv_events": routed}))
+        for name, host in hosts.items()}
 
 
 @dataclass(frozen=True)
@@ -423,7 +435,7 @@ def build_site(raw: RawInventory) -> tuple[Site, list[Problem]]:
                                     hosts=(name,)))
             bad = True
             values.pop(addr_key, None)  # reported once, here: not again by the model
-        for key in ("vllm_wheel_dir", "lmcache_wheel_dir"):
+        for key in ("vllm_wheel_dir", "lmcache_wheel_dir", "router_wheel_dir"):
             # controller directories: relative to the inventory (as the TLS paths), never
             # to wherever deploykit or a role happens to run
             value = values.get(key)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from pydantic import SecretStr
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Host, Site
 
 CONSUL_TOKENS = ("consul_acl_management_token", "consul_acl_agent_token",
@@ -87,9 +88,9 @@ def value_problem(name: str, value: str) -> str | None:
 
 
 def _consul_agent(host: Host) -> bool:
-    # the hosts with a Consul agent (render/files.py): servers and the RGW hosts
+    # the hosts with a Consul agent (render/files.py): servers, the RGW hosts, the routers
     return host.config.deploykit_dns_mode == "consul" and \
-        bool(host.groups & {"rgw", "consul_servers"})
+        bool(host.groups & names.CONSUL_AGENT_GROUPS)
 
 
 def needs(host: Host, name: str) -> bool:

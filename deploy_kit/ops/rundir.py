@@ -94,7 +94,8 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_deploykit_files": paths,
         "_ceph_rgw_instances": names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host),
         # Consul re-reads these on SIGHUP; any other file under /etc/consul.d needs a restart
-        "_consul_service_files": [p for p in paths if p == names.CONSUL_SERVICE_PATH],
+        "_consul_service_files": [p for p in paths if p in (
+            names.CONSUL_SERVICE_PATH, names.CONSUL_ROUTER_SERVICE_PATH)],
         # what get_url checks a downloaded release against: never nothing
         "_consul_archive_checksum": consul_archive_checksum(c),
         "_coredns_archive_checksum": coredns_archive_checksum(c),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deploy_kit.config import names
 from deploy_kit.config.site import Site
 from deploy_kit.core.errors import DeployKitError
 from deploy_kit.core.exit_codes import ExitCode
@@ -114,7 +115,7 @@ def steps(site: Site, name: str, purge: bool) -> list[str]:
                     "disable the gateways and the concentrator")
     if "dns" in groups:
         done.append("stop and disable CoreDNS")
-    if consul and groups & {"rgw", "consul_servers"}:
+    if consul and groups & names.CONSUL_AGENT_GROUPS:
         role = "server: the raft peers drop it" if "consul_servers" in groups else "agent"
         done.append(f"leave Consul gracefully ({role}), deregistered from the catalog; "
                     "stop and disable the agent")

@@ -20,7 +20,7 @@ from deploy_kit.plan.serving import serving_host
 
 # The group whose hosts run each service (the playbooks' host patterns): which of
 # role_paths() and role_units() a host's record watches.
-CONSUL_HOSTS = frozenset({"rgw", "consul_servers"})
+CONSUL_HOSTS = names.CONSUL_AGENT_GROUPS
 
 
 def role_paths(host: Host) -> dict[str, Any]:

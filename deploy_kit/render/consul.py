@@ -23,6 +23,11 @@ def _with_loopback(address: str) -> str:
         dict.fromkeys(["127.0.0.1", address]))
 
 
+def service_names(site: Site, c: HostConfig) -> list[str]:
+    """The services this site's agents register: s3, and the routers' where it has any."""
+    return [c.consul_service_name] + ([c.router_service_name] if site.group("router") else [])
+
+
 def agent_config(site: Site, host: Host) -> dict[str, Any]:
     c = host.config
     servers = site.group("consul_servers")
@@ -42,7 +47,7 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         "dns_config": {
             "only_passing": True,  # a failing concentrator leaves DNS at once
             "enable_truncate": True,
-            "service_ttl": {c.consul_service_name: f"{c.deploykit_dns_ttl}s"},
+            "service_ttl": {name: f"{c.deploykit_dns_ttl}s" for name in service_names(site, c)},
         },
         "enable_script_checks": False,
         "log_level": "INFO",
@@ -89,15 +94,19 @@ ACL_POLICIES = {
 }
 
 
-def service_policy(host: Host) -> tuple[str, str]:
+def service_policy(site: Site, host: Host) -> tuple[str, str]:
+    """The registration token's policy: write on every service the site's agents register
+    (the routers' too, where the site has routers; the role updates a policy whose rules
+    changed)."""
     name = host.config.consul_service_name
-    return f"deploykit-service-{name}", f'service "{name}" {{ policy = "write" }}\n'
+    return f"deploykit-service-{name}", "".join(
+        f'service "{s}" {{ policy = "write" }}\n' for s in service_names(site, host.config))
 
 
-def acl_plan(host: Host) -> dict[str, Any]:
+def acl_plan(site: Site, host: Host) -> dict[str, Any]:
     """Policies and which vault variable holds each token's SecretID: what the consul role
     creates through the API with the management token (no secret in here)."""
-    service_name, service_rules = service_policy(host)
+    service_name, service_rules = service_policy(site, host)
     policies = {**ACL_POLICIES, service_name: service_rules}
     return {
         "policies": [{"Name": n, "Rules": r} for n, r in policies.items()],

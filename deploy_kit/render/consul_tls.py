@@ -37,7 +37,7 @@ def enabled(host: Host) -> bool:
     """This host runs a Consul agent with TLS on."""
     c = host.config
     return (c.consul_tls_enabled and c.deploykit_dns_mode == "consul"
-            and bool(host.groups & {"rgw", "consul_servers"}))
+            and bool(host.groups & names.CONSUL_AGENT_GROUPS))
 
 
 def ca_cert_path(root: Path, c: HostConfig) -> Path:

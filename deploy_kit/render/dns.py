@@ -5,13 +5,22 @@ from __future__ import annotations
 import ipaddress
 import zlib
 
-from deploy_kit.config.names import COREDNS_DIR
+from deploy_kit.config.names import COREDNS_DIR, router_fqdn
 from deploy_kit.config.site import Host, Site
 from deploy_kit.render.templating import render_template
 
 
 def zone_file_path(host: Host) -> str:
     return f"{COREDNS_DIR}/db.{host.config.deploykit_s3_fqdn}"
+
+
+def router_zone_file_path(host: Host) -> str:
+    return f"{COREDNS_DIR}/db.{router_fqdn(host.config)}"
+
+
+def router_name(site: Site, host: Host) -> str | None:
+    """The routers' name where the site has routers (names.router_fqdn), else None."""
+    return router_fqdn(host.config) if site.group("router") else None
 
 
 # always answered: the host's own loopback (`dig @127.0.0.1` there); not routable from afar
@@ -54,16 +63,21 @@ def render_corefile(site: Site, host: Host) -> str:
         service=c.consul_service_name, consul_dns_port=c.consul_dns_port,
         consul_servers=sorted(h.address for h in site.group("consul_servers")),
         zone_file=zone_file_path(host), upstream=c.coredns_upstream,
+        router_fqdn=router_name(site, host), router_service=c.router_service_name,
+        router_zone_file=router_zone_file_path(host),
         health_port=c.coredns_health_port, ready_port=c.coredns_ready_port,
         metrics_port=c.coredns_metrics_port)
 
 
-def render_zone(site: Site, host: Host) -> str:
+def render_zone(site: Site, host: Host, group: str = "rgw") -> str:
+    """The static zone of the S3 name (every gateway), or with group `router` of the
+    routers' name (every router)."""
     c = host.config
-    addresses = sorted(h.address for h in site.group("rgw"))
+    fqdn = c.deploykit_s3_fqdn if group == "rgw" else router_fqdn(c)
+    addresses = sorted(h.address for h in site.group(group))
     # The serial follows the content, so re-renders are stable and changes bump it.
     serial = zlib.crc32(" ".join(addresses).encode()) % 4294967295
-    return render_template("zone.db.j2", fqdn=c.deploykit_s3_fqdn, ttl=c.deploykit_dns_ttl,
+    return render_template("zone.db.j2", fqdn=fqdn, ttl=c.deploykit_dns_ttl,
                            serial=serial, ns_address=host.address, addresses=addresses)
 
 

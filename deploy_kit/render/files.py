@@ -21,6 +21,7 @@ from deploy_kit.render import (
     dns,
     lmcache_server,
     monitoring,
+    router,
     self_heal,
     serving_front,
     storage,
@@ -68,7 +69,7 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
         if c.deploykit_dns_mode == "consul":
             files[names.CONSUL_SERVICE_PATH] = RenderedFile(
                 consul.dump_json(consul.s3_service(host)))
-    if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"}:
+    if c.deploykit_dns_mode == "consul" and host.groups & names.CONSUL_AGENT_GROUPS:
         files[names.CONSUL_AGENT_PATH] = RenderedFile(
             consul.dump_json(consul.agent_config(site, host)))
         files[names.CONSUL_UNIT_PATH] = RenderedFile(render_template("consul.service.j2"))
@@ -78,6 +79,9 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
             "coredns.service.j2", corefile=f"{names.COREDNS_DIR}/Corefile"))
         if c.deploykit_dns_mode == "static":
             files[dns.zone_file_path(host)] = RenderedFile(dns.render_zone(site, host))
+            if dns.router_name(site, host):
+                files[dns.router_zone_file_path(host)] = RenderedFile(
+                    dns.render_zone(site, host, "router"))
     if "vllm" in host.groups:
         if c.resolver_manage:
             files["/etc/resolv.conf"] = RenderedFile(dns.render_resolv_conf(site))
@@ -111,8 +115,26 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 monitoring.render_node_exporter_defaults(host, names.HEADER))
             files |= {path: RenderedFile(text, mode=mode) for path, (text, mode) in
                       monitoring.render_s3_events(host).items()}
+    if "router" in host.groups:
+        files |= router_host_files(site, host)
     if "monitoring" in host.groups:
         files |= monitoring_host_files(site)
+    return files
+
+
+def router_host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
+    """A router host's vllm-router, its front, and its entry in the router name's set."""
+    c = host.config
+    files = {names.ROUTER_UNIT_PATH: RenderedFile(router.render_unit(site, host)),
+             names.ROUTER_LAUNCHER_PATH: RenderedFile(router.render_launcher()),
+             names.ROUTER_FRONT_CFG_PATH: RenderedFile(router.render_front(site, host)),
+             names.ROUTER_FRONT_UNIT_PATH: RenderedFile(router.render_front_unit())}
+    if c.vllm_uses_api_key:
+        files[names.ROUTER_SECRET_ENV_PATH] = RenderedFile(router.render_secret_env(host),
+                                                           mode=0o600, secret=True)
+    if c.deploykit_dns_mode == "consul":
+        files[names.CONSUL_ROUTER_SERVICE_PATH] = RenderedFile(
+            router.dump(router.consul_service(host)))
     return files
 
 
@@ -158,7 +180,7 @@ def cluster_files(site: Site) -> dict[str, RenderedFile]:
         files["cephadm/rgw-spec.yaml"] = RenderedFile(storage.render_rgw_spec(site))
     servers = site.group("consul_servers")
     if s.deploykit_dns_mode == "consul" and servers and servers[0].config.consul_acl_enabled:
-        files["consul/acl.json"] = RenderedFile(consul.dump_json(consul.acl_plan(servers[0])))
+        files["consul/acl.json"] = RenderedFile(consul.dump_json(consul.acl_plan(site, servers[0])))
     return files
 
 

@@ -138,7 +138,7 @@ def _scrape_targets(site: Site) -> Targets:
             add(DNS_ANSWERS, host, "dns", c.coredns_port)
         if "rgw" in host.groups and c.ceph_rgw_concentrator == "deploykit":
             add(HAPROXY, host, "rgw", c.ceph_rgw_concentrator_monitor_port)
-        if c.deploykit_dns_mode == "consul" and host.groups & {"rgw", "consul_servers"} \
+        if c.deploykit_dns_mode == "consul" and host.groups & names.CONSUL_AGENT_GROUPS \
                 and consul_scrapable(c):
             add(CONSUL, host, "consul", c.consul_http_port)
     if s.deploykit_dns_mode != "consul":

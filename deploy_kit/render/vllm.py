@@ -54,6 +54,19 @@ def rope_override(host: Host) -> dict[str, Any]:
     return {"rope_scaling": host.config.vllm_rope_scaling}
 
 
+def kv_events_config(host: Host, index: int) -> dict[str, Any] | None:
+    """One instance's --kv-events-config where vLLM publishes KV events (vllm_kv_events;
+    unset: on where the site has routers, config/site.py): ZMQ on 127.0.0.1 (the serving
+    front passes it on to the router hosts alone), topic kv@<address>:<public port>@<model>
+    (llm-d's convention; vllm/config/kv_events.py in every pinned series)."""
+    c = host.config
+    if not c.vllm_kv_events:
+        return None
+    return {"enable_kv_cache_events": True, "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{c.vllm_kv_events_loopback_port + index}",
+            "topic": f"kv@{host.address}:{c.vllm_port + index}@{c.served_model_name}"}
+
+
 def host_instances(host: Host) -> list[Instance]:
     return instances(host.name, host.config)
 
@@ -101,6 +114,8 @@ def vllm_argv(host: Host, instance: Instance | None = None) -> list[str]:
         argv.append("--enable-prefix-caching" if c.vllm_enable_prefix_caching
                     else "--no-enable-prefix-caching")
     argv += ["--kv-transfer-config", _compact_json(kv_transfer_config(host))]
+    if events := kv_events_config(host, instance.index if instance is not None else 0):
+        argv += ["--kv-events-config", _compact_json(events)]
     if c.vllm_uses_api_key:
         argv += ["--config", api_keys_path(host)]
     return argv + list(c.vllm_extra_args)
