@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
+from types import ModuleType
 
 import pytest
 
@@ -89,3 +92,57 @@ def test_parse_refuses_what_require_hashes_would(line: str) -> None:
     with pytest.raises(RouterLockError):
         parse_lock(line + "\n")
 
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("router_lock_tool",
+                                                  REPO / "tools" / "router_lock.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tool_markers_select_exactly_the_targets() -> None:
+    tool = _tool()
+    t = tool.Target
+    every = frozenset(tool.TARGETS)
+    assert tool.marker_for(every) is None
+    assert tool.marker_for(frozenset({t("3.11", "x86_64"), t("3.11", "aarch64")})) == \
+        'python_version == "3.11"'
+    assert tool.marker_for(frozenset({t("3.11", "aarch64"), t("3.12", "aarch64")})) == \
+        'platform_machine == "aarch64"'
+    assert tool.marker_for(frozenset({t("3.12", "x86_64")})) == \
+        'python_version == "3.12" and platform_machine == "x86_64"'
+    odd = tool.marker_for(frozenset({t("3.11", "x86_64"), t("3.12", "aarch64")}))
+    assert odd == ('(python_version == "3.11" and platform_machine == "x86_64") or '
+                   '(python_version == "3.12" and platform_machine == "aarch64")')
+
+
+def test_tool_pins_split_a_package_by_target() -> None:
+    tool = _tool()
+    t = tool.Target
+    resolved = {target: {"a": ("1.0", ""), "vllm-router": ("0.1.17", "")}
+                for target in tool.TARGETS}
+    resolved[t("3.12", "x86_64")]["a"] = ("2.0", "")
+    resolved[t("3.12", "aarch64")]["a"] = ("2.0", "")
+    pins = {(p.name, p.version): p.marker for p in tool.pins(resolved)}
+    assert pins == {("a", "1.0"): 'python_version == "3.11"',
+                    ("a", "2.0"): 'python_version == "3.12"', ("vllm-router", "0.1.17"): None}
+
+
+@pytest.mark.parametrize(("filename", "installs"), [
+    ("vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl", True),
+    ("vllm_router-0.1.17-cp38-abi3-manylinux_2_28_aarch64.whl", True),
+    ("x-1-py3-none-any.whl", True),
+    ("x-1-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", True),
+    ("x-1-cp313-cp313-manylinux_2_17_x86_64.whl", False),
+    ("x-1-cp311-cp311-musllinux_1_2_x86_64.whl", False),
+    ("x-1-cp311-cp311-win_amd64.whl", False),
+    ("x-1-cp311-cp311-macosx_11_0_arm64.whl", False),
+    ("x-1-cp311-cp311-manylinux_2_17_ppc64le.whl", False),
+    ("x-1-py2-none-any.whl", False),
+])
+def test_tool_keeps_the_wheels_a_target_installs(filename: str, installs: bool) -> None:
+    tool = _tool()
+    assert tool.wheel_installs_on(filename, frozenset(tool.TARGETS)) is installs
