@@ -138,3 +138,16 @@ def test_stage_reports_a_failed_download(tmp_path: Path,
         stage("0.1.17", "3.11", "x86_64", tmp_path)
     assert list(tmp_path.iterdir()) == []  # no half-staged directory left behind
 
+
+def test_the_lab_stages_for_its_hosts() -> None:
+    from deploy_kit.core.router_lock import lock_path
+    from deploykit_lab import serving
+    from deploykit_lab.inventory import router_vars
+
+    assert lock_path(serving.ROUTER_VERSION).is_file()
+
+    assert (serving.HOST_PYTHON, serving.HOST_MACHINE) == ("3.11", "x86_64")
+    name = stage_name(serving.ROUTER_VERSION, serving.HOST_PYTHON, serving.HOST_MACHINE)
+    assert name == f"router-vllm-router-{serving.ROUTER_VERSION}-py311"
+    path = Path("/var/cache/deploykit/wheelhouse") / name
+    assert router_vars(path) == {"router_wheel_dir": str(path)}
