@@ -18,12 +18,13 @@ How it is made:
   only, manylinux up to glibc 2.28 (vllm-router's own wheels need 2.28; newer hosts install
   older manylinux wheels too).
 * Per target, pip's own resolver: `pip install --dry-run --ignore-installed --report` with
-  `--only-binary=:all: --python-version --platform ...` against PyPI (pip >= 22.2, the project
-  venv's). pip evaluates the dependencies' markers for the interpreter that runs it, not for
-  --python-version, so each Python version resolves under that Python (`pip --python`) when
-  one is found (`--interpreter` names it otherwise), and every marker of the resolved
-  metadata is checked to mean the same for the target as for the interpreter that resolved
-  (platform_machine included): if one does not, the script stops instead of guessing.
+  `--only-binary=:all: --python-version --platform ...` against PyPI. Run it with the project
+  venv's pip (26.x): pip 23.2 still refuses --platform with --dry-run. pip evaluates the
+  dependencies' markers for the interpreter that runs it, not for --python-version, so each
+  Python version resolves under that Python (`pip --python`) when one is found
+  (`--interpreter` names it otherwise), and every marker of the resolved metadata is checked
+  to mean the same for the target as for the interpreter that resolved (platform_machine
+  included): if one does not, the script stops instead of guessing.
 * The four sets are united: a package at one version everywhere is pinned plainly; one that
   resolves to different versions, or is needed by some targets only, is pinned per target
   with environment markers (`; python_version == "3.11"`).
