@@ -148,6 +148,11 @@ def serving_env_wheelhouse_marker_path(c: HostConfig) -> str:
     return f"{c.vllm_venv}/.deploykit-wheelhouse"
 
 
+def router_lock_marker_path(c: HostConfig) -> str:
+    """The digest of the router lock the router venv was installed from."""
+    return f"{c.router_venv}/.deploykit-router-lock"
+
+
 def model_staged_marker_path(c: HostConfig) -> str:
     """The digest of the controller model directory last staged on the host."""
     return f"{c.model_path_on_host}/.deploykit-staged"

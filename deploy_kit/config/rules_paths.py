@@ -171,6 +171,8 @@ def _host_dirs(host: Host) -> dict[str, str]:
             dirs["lmcache_disk_path"] = c.lmcache_disk_path
     if "router" in host.groups:
         dirs["router_venv"] = c.router_venv
+        # the router role stages its wheels there too (router_wheel_dir)
+        dirs["vllm_wheel_staging_dir"] = c.vllm_wheel_staging_dir
     return {k: normal(v) for k, v in dirs.items() if v}
 
 
@@ -276,10 +278,10 @@ def controller_dir_problem(site: Site, given: Path,
 
 @rule
 def controller_dirs_private(site: Site) -> Iterator[Problem]:
-    """Wheel directories are copied to every serving host: never a system directory, the
-    home directory or the inventory (vault files, the CA key)."""
+    """Wheel directories are copied to every serving and router host: never a system
+    directory, the home directory or the inventory (vault files, the CA key)."""
     seen: dict[str, str | None] = {}
-    for host in site.group("vllm"):
+    for host in {h.name: h for h in [*site.group("vllm"), *site.group("router")]}.values():
         for key in CONTROLLER_DIRS:
             value = getattr(host.config, key)
             if not value:
@@ -289,7 +291,8 @@ def controller_dirs_private(site: Site) -> Iterator[Problem]:
             why = seen[value]
             if why:
                 yield Problem(_src(site, host, key), key,
-                              f"{why}; its whole content is copied to every serving host",
+                              f"{why}; its whole content is copied to every host that "
+                              "installs from it",
                               "name the directory that holds only the wheels",
                               hosts=(host.name,))
 

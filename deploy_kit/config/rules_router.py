@@ -10,6 +10,7 @@ from deploy_kit.config.instances import instance_count
 from deploy_kit.config.rulebook import collector
 from deploy_kit.config.rulebook import src as _src
 from deploy_kit.config.site import Host, Site
+from deploy_kit.core import router_lock
 from deploy_kit.core.errors import Problem
 
 RULES, rule = collector()
@@ -154,3 +155,19 @@ def router_name_distinct(site: Site) -> Iterator[Problem]:
         yield Problem(_src(site, router, "router_service_name"), "router_service_name",
                       f"{c.router_service_name} is also the S3 service's name in Consul",
                       "leave router_service_name at llm, or pick another name")
+
+
+@rule
+def router_version_locked(site: Site) -> Iterator[Problem]:
+    """The routers install vllm-router only from a hash-pinned lock deploykit ships
+    (deploy_kit/data/router/): a version without one has nothing to install from."""
+    known = router_lock.versions()
+    for host in site.group("router"):
+        version = host.config.router_version
+        if version not in known:
+            yield Problem(_src(site, host, "router_version"), "router_version",
+                          f"{version} has no hash-pinned lock in this deploykit (locks: "
+                          f"{', '.join(known) or 'none'})",
+                          f"use {known[-1] if known else 'a version with a lock'}, or write "
+                          f"its lock with tools/router_lock.py --version {version}",
+                          hosts=(host.name,))

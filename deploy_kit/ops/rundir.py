@@ -12,6 +12,7 @@ run directory never contains a key.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -22,7 +23,7 @@ from deploy_kit.config import names
 from deploy_kit.config.models import SECRET_KEYS as MODEL_SECRET_KEYS
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import Host, Site
-from deploy_kit.core import compat
+from deploy_kit.core import compat, router_lock
 from deploy_kit.ops import converged
 from deploy_kit.ops.inputs import INPUTS_PATH, code_inputs
 from deploy_kit.ops.wheelhouse import has_archive, lock_digest
@@ -117,6 +118,7 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_monitoring_s3_events_source": str(agents.LMCACHE_S3_EVENTS),
         **watch.role_paths(host),
         **watch.role_units(host),
+        **(router_settings(c) if "router" in host.groups else {}),
     }
     install = serving.install_settings()
     if install is None:
@@ -130,6 +132,22 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         "_serving_env_wheelhouse_archive": has_archive(c.vllm_wheel_dir),
     }
     return settings
+
+
+def router_settings(c: HostConfig) -> dict[str, Any]:
+    """What the router role installs from: the hash-pinned lock deploykit ships for
+    router_version (copied to the host; pip --require-hashes installs exactly it), its
+    digest (the venv's marker: equal, no copy and no pip run on a re-run), and whether
+    router_wheel_dir is one archive (a staged directory, router_wheels.stage) or loose
+    wheels."""
+    lock = router_lock.lock_path(c.router_version)
+    return {
+        "_router_lock_path": str(lock),
+        "_router_lock_digest": hashlib.sha256(lock.read_bytes()).hexdigest(),
+        "_router_wheel_archive": has_archive(c.router_wheel_dir),
+        # the front's keys file and the router's instance key, as on the serving hosts
+        "_router_has_api_key": c.vllm_uses_api_key,
+    }
 
 
 @cache  # one walk per render, not one per serving host of a fleet sharing the model

@@ -56,6 +56,12 @@ def role_paths(host: Host) -> dict[str, Any]:
                                            if c.model_is_local else None),
         # the agents the roles copy from deploy_kit/agents (their settings are rendered)
         "_serving_agent_script": names.SELF_HEAL_SCRIPT,
+        # the router's venv records the lock it was built from; its front's key digests and
+        # its instance key (secret) are written from what only Ansible holds
+        "_router_lock_marker_path": names.router_lock_marker_path(c),
+        "_router_front_keys_path": names.ROUTER_FRONT_KEYS_PATH,
+        "_router_secret_env_path": (names.ROUTER_SECRET_ENV_PATH if c.vllm_uses_api_key
+                                    else None),
         "_monitoring_s3_events_script": names.S3_EVENTS_SCRIPT,
     }
 
@@ -73,6 +79,8 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
              "_vllm_model_staged_marker_path", "_serving_agent_script",
              "_monitoring_s3_events_script"),
+    "router": ("_router_lock_marker_path", "_router_front_keys_path",
+               "_router_secret_env_path"),
 }
 
 
@@ -116,6 +124,9 @@ def role_units(host: Host) -> dict[str, Any]:
         "_vllm_instance_units": serving_host(host).instance_units,
         # the serving front on the instances' public ports (render/serving_front.py)
         "_vllm_front_unit": names.VLLM_FRONT_UNIT,
+        # vllm-router on loopback and its front on router_port (render/router.py)
+        "_router_unit": names.ROUTER_UNIT,
+        "_router_front_unit": names.ROUTER_FRONT_UNIT,
         "_monitoring_node_exporter_unit": "prometheus-node-exporter",
         "_monitoring_s3_events_unit": "deploykit-lmcache-s3-events.timer",
         "_monitoring_prometheus_unit": "prometheus",
@@ -133,6 +144,7 @@ GROUP_UNIT_NAMES: dict[str, tuple[str, ...]] = {
              "_monitoring_s3_events_unit"),
     "monitoring": ("_monitoring_prometheus_unit", "_monitoring_blackbox_unit",
                    "_monitoring_alertmanager_unit"),
+    "router": ("_router_unit", "_router_front_unit"),
 }
 
 
