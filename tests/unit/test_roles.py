@@ -56,7 +56,7 @@ def test_role_defaults_equal_the_python_defaults(role: Path) -> None:
 EXPRESSION_KEYS = frozenset({"when", "that", "loop", "failed_when", "changed_when", "until"})
 JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
 QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving|resolver|"
+INPUT = re.compile(r"(?<![\w.])((?:ceph_rgw|consul|coredns|lmcache|vllm|serving|resolver|router|"
                    r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
@@ -147,7 +147,7 @@ def test_every_tasks_from_target_is_a_declared_entry_point() -> None:
 
 # A value the render computed (deploy_kit/ops/rundir.py host_settings): `_<area>_<name>`
 # (one underscore; a role's own facts and registers use two).
-COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving|"
+COMPUTED = re.compile(r"(?<![\w.])(_(?:ceph_rgw|consul|coredns|lmcache|vllm|serving|router|"
                       r"monitoring|deploykit)_[a-z0-9_]+)\b")
 
 
