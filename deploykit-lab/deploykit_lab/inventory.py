@@ -56,7 +56,7 @@ def router_vars(router_wheels: Path) -> dict[str, Any]:
 
 def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
                     ssh_key: Path, serving: ServingArtefacts | None = None,
-                    chosen: Profile | None = None) -> None:
+                    chosen: Profile | None = None, router_wheels: Path | None = None) -> None:
     chosen = chosen or profile(DEFAULT)
     rgw = hosts[:2]
     clients = hosts[2:] or hosts[:1]
@@ -90,6 +90,13 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
                      "vars": serving_vars(serving)},
         },
     }}
+    # Where vLLM serves, the gateway hosts (Consul agents and CoreDNS already) also route:
+    # vllm-router behind llm.lab.test. The serving fronts then take /v1 from the routers
+    # only, and the controller, which runs verify and bench against the instances directly.
+    if serving is not None and router_wheels is not None:
+        doc["all"]["children"]["router"] = {"hosts": {h.name: node[h.name] for h in rgw},
+                                            "vars": router_vars(router_wheels)}
+        doc["all"]["children"]["vllm"]["vars"]["vllm_direct_sources"] = [GATEWAY]
     if chosen.monitoring:  # Prometheus beside the first gateway (its concentrator stays up)
         doc["all"]["children"]["monitoring"] = {"hosts": {hosts[0].name: node[hosts[0].name]}}
     settings = {

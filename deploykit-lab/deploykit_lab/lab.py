@@ -167,8 +167,10 @@ def _write_inventory(state: dict[str, Any], chosen: Profile, report: Any) -> Non
     if artefacts is not None:
         report(f"lab model: {artefacts.model_variant} ({artefacts.model_why}): "
                f"{artefacts.model}")
+    # staged by the prefetch: instant here, hashes checked
+    router_wheels = serving.ensure_router_wheels() if chosen.serving else None
     write_inventory(lab_inventory_dir(), lab_hosts(count), state["ceph"],
-                    hosts.ensure_ssh_key(), artefacts, chosen)
+                    hosts.ensure_ssh_key(), artefacts, chosen, router_wheels)
 
 
 @contextlib.contextmanager
