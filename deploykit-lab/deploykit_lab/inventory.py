@@ -47,6 +47,13 @@ def serving_vars(serving: ServingArtefacts | None) -> dict[str, Any]:
     }
 
 
+def router_vars(router_wheels: Path) -> dict[str, Any]:
+    """The router group's vars: its hosts install vllm-router offline from the controller's
+    staged wheels (`serving.ensure_router_wheels()`: the shipped lock's files and the lock as
+    requirements.lock, the serving wheelhouse's layout), never from a registry."""
+    return {"router_wheel_dir": str(router_wheels)}
+
+
 def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
                     ssh_key: Path, serving: ServingArtefacts | None = None,
                     chosen: Profile | None = None) -> None:

@@ -88,7 +88,8 @@ def _timer(steps: list[Step], report: Any) -> Callable[..., Any]:
 
 def prefetch(chosen: Profile, report: Any = print) -> list[Step]:
     """Fill the caches a lab up needs, without starting anything: controller packages, the
-    host image, CoreDNS and Consul, and (serving profiles) the wheelhouse and the model.
+    host image, CoreDNS and Consul, and (serving profiles) the wheelhouse, the model and the
+    router's wheels.
     The Go builds are CPU-bound and the rest is mostly download and disk, so the builds run
     in a thread beside the rest; each artefact is built under its own lock, so a prefetch in
     the background and a `lab up` (or a test that needs a binary) never build one twice."""
@@ -106,6 +107,8 @@ def prefetch(chosen: Profile, report: Any = print) -> list[Step]:
         if chosen.serving:
             timed("serving wheelhouse and model (first time about 1–3 min)",
                   serving.ensure_serving)
+            timed(f"router wheels (vllm-router {serving.ROUTER_VERSION})",
+                  serving.ensure_router_wheels)
         builds.result()  # re-raises a failed build here
     return steps
 
