@@ -54,7 +54,7 @@ SITE_KEYS: tuple[str, ...] = (
     "deploykit_dns_mode", "consul_datacenter", "consul_acl_enabled", "consul_acl_default_policy",
     "consul_gossip_encryption", "consul_http_port", "consul_service_name",
     # the router name: one name, one port and one Consul service for all routers
-    "router_fqdn", "router_service_name", "router_port",
+    "router_fqdn", "router_service_name", "router_port", "router_routing_logic",
     # the site's TLS authority (on the controller)
     "deploykit_tls_dir", "deploykit_tls_ca_cert", "deploykit_tls_ca_key",
     "deploykit_tls_cert_days",

@@ -230,8 +230,9 @@ def _with_fit(plan: HostPlan, host: Host) -> HostPlan:
 def rollout(site: Site) -> list[RolloutStep]:
     """Dependency order: pools before any RGW, DNS before clients, serving hosts last."""
     names = {g: sorted(h.name for h in site.group(g)) for g in
-             ("ceph_admin", "rgw", "consul_servers", "dns", "vllm")}
-    consul_agents = sorted(set(names["consul_servers"]) | set(names["rgw"]))
+             ("ceph_admin", "rgw", "consul_servers", "dns", "vllm", "router")}
+    consul_agents = sorted(set(names["consul_servers"]) | set(names["rgw"]) |
+                           set(names["router"]))
     steps = [RolloutStep("ceph_rgw_pools", names["ceph_admin"][:1]),
              RolloutStep("ceph_rgw", names["rgw"]),
              RolloutStep("ceph_rgw_s3", names["ceph_admin"][:1])]
@@ -240,7 +241,9 @@ def rollout(site: Site) -> list[RolloutStep]:
     steps += [RolloutStep("coredns", names["dns"]),
               RolloutStep("resolver", names["vllm"]),
               RolloutStep("lmcache", names["vllm"]),
-              RolloutStep("vllm", names["vllm"], serial=vllm_serial(site))]
+              RolloutStep("vllm", names["vllm"], serial=vllm_serial(site)),
+              # one router at a time, so the routers' name never loses every answer
+              RolloutStep("router", names["router"], serial=1)]
     return [s for s in steps if s.hosts]
 
 
@@ -272,6 +275,27 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
     out += self_heal_opt_outs(site)
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
+    return out + _router_warnings(site)
+
+
+def _router_warnings(site: Site) -> list[str]:
+    routers = site.group("router")
+    if not routers:
+        return []
+    out = []
+    if len(routers) == 1:
+        out.append(f"one router ({routers[0].name}): the routers' name has no second answer "
+                   "while it restarts or fails")
+    if not any(h.config.vllm_direct_sources for h in site.group("vllm")):
+        out.append("vllm_direct_sources is empty: with routers, an instance answers /v1 only "
+                   "from the routers, the monitoring hosts and itself, so `verify`'s and "
+                   "`bench`'s direct requests from a controller elsewhere get 403 (add its "
+                   "address)")
+    if routers[0].config.router_routing_logic == "prefixaware" and len(routers) > 1:
+        out.append("router_routing_logic prefixaware: each router keeps its own tree of "
+                   "what it sent where, so a prompt repeated through the other router may "
+                   "land elsewhere until that router has seen it (kvaware shares vLLM's "
+                   "own KV events; docs/routing.md)")
     return out
 
 

@@ -115,6 +115,9 @@ def steps(site: Site, name: str, purge: bool) -> list[str]:
                     "disable the gateways and the concentrator")
     if "dns" in groups:
         done.append("stop and disable CoreDNS")
+    if "router" in groups:
+        done.append("take it out of the routers' name (its Consul agent leaves), then stop "
+                    "and disable vllm-router and its front")
     if consul and groups & names.CONSUL_AGENT_GROUPS:
         role = "server: the raft peers drop it" if "consul_servers" in groups else "agent"
         done.append(f"leave Consul gracefully ({role}), deregistered from the catalog; "

@@ -41,6 +41,7 @@ def test_vllm_source_accepts_rendered_flags(serving_renders: tuple[renders.Servi
         source = need(vllm_source.sdist, render.vllm_version)
         parsed = vllm_source.parser_flags(source)
         fields = vllm_source.kv_transfer_fields(source)
+        event_fields = vllm_source.kv_events_fields(source)
         for unit, argv in render.vllm_argvs().items():
             where = f"{render.name}{unit} (vLLM {render.vllm_version})"
             problems += [f"{where}: {flag} is not a flag of vLLM's serve parser"
@@ -54,6 +55,12 @@ def test_vllm_source_accepts_rendered_flags(serving_renders: tuple[renders.Servi
                 if unknown:
                     problems.append(f"{where}: --kv-transfer-config keys {sorted(unknown)} "
                                     "are not KVTransferConfig fields (config/kv_transfer.py)")
+            if (raw := flag_value(argv, "--kv-events-config")) is not None:
+                events = json.loads(raw)
+                unknown = set(events) - event_fields
+                if unknown or events.get("publisher") != "zmq":
+                    problems.append(f"{where}: --kv-events-config {sorted(unknown)} are not "
+                                    "KVEventsConfig fields, or its publisher is not zmq")
         # compat.yaml's own list of the row's KVTransferConfig fields
         claimed = compat.vllm(render.vllm_version).kv_transfer_fields
         if claimed - fields:

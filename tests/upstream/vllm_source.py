@@ -134,14 +134,23 @@ def accepts(parsed: ParserFlags, flag: str) -> bool:
 @cache
 def kv_transfer_fields(root: Path) -> frozenset[str]:
     """KVTransferConfig's fields (vllm/config/kv_transfer.py; vllm/config.py before 0.10)."""
-    for path in (root / "vllm/config/kv_transfer.py", root / "vllm/config.py"):
+    return _config_fields(root, "KVTransferConfig", "kv_transfer.py")
+
+
+def kv_events_fields(root: Path) -> frozenset[str]:
+    """KVEventsConfig's fields (vllm/config/kv_events.py; vllm/config.py before 0.10)."""
+    return _config_fields(root, "KVEventsConfig", "kv_events.py")
+
+
+def _config_fields(root: Path, name: str, module: str) -> frozenset[str]:
+    for path in (root / "vllm/config" / module, root / "vllm/config.py"):
         if not path.is_file():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and node.name == "KVTransferConfig":
+            if isinstance(node, ast.ClassDef) and node.name == name:
                 return frozenset(s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
                                  and isinstance(s.target, ast.Name))
-    raise AssertionError(f"no KVTransferConfig in {root.name}")
+    raise AssertionError(f"no {name} in {root.name}")
 
 
 def requirement(root: Path, file: str, package: str) -> str:
