@@ -122,9 +122,6 @@ def steps(site: Site, name: str, purge: bool) -> list[str]:
         role = "server: the raft peers drop it" if "consul_servers" in groups else "agent"
         done.append(f"leave Consul gracefully ({role}), deregistered from the catalog; "
                     "stop and disable the agent")
-    if "router" in groups:
-        done.append("stop and disable its router and router front (after the leave: the "
-                    "routers' name no longer answers with it)")
     if "vllm" in groups:
         done.append("stop and disable its vLLM instances and LMCache server")
     if "monitoring" in groups:
