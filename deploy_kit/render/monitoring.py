@@ -332,7 +332,16 @@ def alert_switches(site: Site) -> dict[str, bool]:
         # a quota to fill (0: none) and the pool usage to watch it with
         "bucket_quota": bool(scrape_targets(site).groups.get(CEPH)) and _has_quota(site),
         "routers": bool(scrape_targets(site).groups.get(ROUTER)),
+        "router_decisions": bool(scrape_targets(site).groups.get(ROUTER))
+        and counts_decisions(site),
     }
+
+
+def counts_decisions(site: Site) -> bool:
+    """Whether the routers count their choices of an instance: vllm-router 0.1.17's kv_aware
+    policy never calls record_policy_decision (src/policies/kv_aware.rs; measured, no
+    vllm_router_policy_decisions_total at all), the others do."""
+    return site.settings.router_routing_logic != "kvaware"
 
 
 def _has_quota(site: Site) -> bool:
@@ -535,6 +544,7 @@ def render_targets(site: Site) -> dict[str, str]:
 
 # --- dashboard ---------------------------------------------------------------------------
 
+BACKEND_CHOICE = "Backend choice: the router's decisions per instance"
 PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     # (title, unit, [(PromQL, legend)])
     ("External (LMCache) hit ratio per host and model", "percentunit",
@@ -603,7 +613,7 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
      [(f'up{{job="{ROUTER}"}}', "{{host}}")]),
     ("Router requests answered per second per router", "reqps",
      [(f'sum by (host) (rate(vllm_router_requests_total{{job="{ROUTER}"}}[5m]))', "{{host}}")]),
-    ("Backend choice: the router's decisions per instance", "reqps",
+    (BACKEND_CHOICE, "reqps",
      [(f'sum by (host, worker) (rate(vllm_router_policy_decisions_total{{job="{ROUTER}"}}[5m]))',
        "{{host}} to {{worker}}")]),
     ("Healthy instances per router (of those it routes to)", "short",
@@ -631,7 +641,9 @@ PANEL_JOBS = {
        if any(f'job="{ROUTER}"' in q for q, _ in queries)},
 }
 # stacked: the series add up to a whole (every choice a router made)
-STACKED = {"Backend choice: the router's decisions per instance"}
+STACKED = {BACKEND_CHOICE}
+# read vllm_router_policy_decisions_total: left out where the routers count none
+DECISION_PANELS = {BACKEND_CHOICE}
 # the first panel of a section starts a row of its own
 NEW_ROW = {"Router targets up"}
 
@@ -642,7 +654,8 @@ def dashboard(site: Site) -> dict[str, Any]:
     source = {"type": "prometheus", "uid": "${datasource}"}
     panels = []
     scraped = scrape_targets(site).groups
-    shown = [p for p in PANELS if p[0] not in PANEL_JOBS or scraped.get(PANEL_JOBS[p[0]])]
+    shown = [p for p in PANELS if (p[0] not in PANEL_JOBS or scraped.get(PANEL_JOBS[p[0]]))
+             and (p[0] not in DECISION_PANELS or counts_decisions(site))]
     slot = 0  # the panel's place in the grid, two to a row
     for index, (title, unit, queries) in enumerate(shown):
         if title in NEW_ROW and slot % 2:
