@@ -224,6 +224,10 @@ class Alert:
                 "runbook": f"deploykit verify --check {self.verify_check}; "
                            f"deploykit doctor \"{self.doctor_symptom}\""}
 
+    def fired_annotations(self, labels: dict[str, str]) -> dict[str, str]:
+        """What the alert carries when it fires with `labels` (promtool compares them)."""
+        return {k: _expand(v, labels) for k, v in self.annotations().items()}
+
     def rule(self) -> dict[str, Any]:
         return {"alert": self.name, "expr": self.expr, "for": self.for_,
                 "labels": {"severity": self.severity}, "annotations": self.annotations()}
@@ -417,7 +421,7 @@ def rule_tests(site: Site, rules_file: str = "rules.yml",
     for alert in alerts(site):
         firing = alert.healthy if alert.name == swap else alert.firing
         labels = {**alert.labels, "severity": alert.severity}
-        expected = {k: _expand(v, labels) for k, v in alert.annotations().items()}
+        expected = alert.fired_annotations(labels)
         tests.append({"interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in firing],
                       "alert_rule_test": [{"eval_time": alert.eval_time,
