@@ -230,7 +230,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
             f"{int(time.time())}-{os.urandom(3).hex()}")
         obs.side_doors = [j.result() for j in door_jobs]
         # last: its completions must not move the cache and cross-host probes' counters
-        obs.routing = _routing(site, obs, routers, reach)
+        obs.routing = routing_probes(site, obs, routers, reach)
         if obs.consul is not None:
             obs.consul = consul_probe.from_output(
                 obs.consul, [(h.name, r) for h, r in
@@ -244,7 +244,7 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
     return obs
 
 
-def _routing(site: Site, obs: Observation, routers: list[Host], reach: set[str] | None
+def routing_probes(site: Site, obs: Observation, routers: list[Host], reach: set[str] | None
              ) -> list[RoutingProbe]:
     """Each router within reach, one after another (their prompts' counter deltas stay
     apart): a fresh prompt twice and another once (probes/router_probe.py)."""

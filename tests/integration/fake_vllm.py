@@ -50,6 +50,7 @@ def prompt_tokens(body: dict[str, Any]) -> list[int]:
 class FakeInstance:
     name: str  # the instance as the inventory names it (`cpu1`, `cpu1/1`)
     port: int
+    address: str = "127.0.0.1"
     api_key: str | None = None
     delay_s: float = 0.0
     model: str = MODEL
@@ -82,7 +83,8 @@ class FakeInstance:
         return hit
 
     def start(self) -> FakeInstance:
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
+        self.server = http.server.ThreadingHTTPServer((self.address, self.port),
+                                                     _handler(self))
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
