@@ -52,7 +52,10 @@ class FakeInstance:
     port: int
     address: str = "127.0.0.1"
     api_key: str | None = None
+    # what a completion waits before its first token: a fixed step, and a prefill time per
+    # prompt token its prefix cache did not hold (a hit is fast, a cold prompt slow)
     delay_s: float = 0.0
+    prefill_s_per_token: float = 0.0
     model: str = MODEL
     blocks: set[str] = field(default_factory=set)
     hits: int = 0
@@ -129,10 +132,14 @@ def _handler(inst: FakeInstance) -> type[http.server.BaseHTTPRequestHandler]:
             if self.path == "/metrics":
                 if not self._keyed():
                     return self._send(403, b"forbidden\n", "text/plain")
-                text = (f"vllm:prefix_cache_queries_total{{model_name=\"{inst.model}\"}} "
-                        f"{float(inst.queries)}\n"
-                        f"vllm:prefix_cache_hits_total{{model_name=\"{inst.model}\"}} "
-                        f"{float(inst.hits)}\n")
+                labels = f'{{model_name="{inst.model}"}}'
+                text = "".join(f"{name}{labels} {float(value)}\n" for name, value in (
+                    ("vllm:prefix_cache_queries_total", inst.queries),
+                    ("vllm:prefix_cache_hits_total", inst.hits),
+                    # no connector here: LMCache's counters stay 0, as on a host whose
+                    # repeats vLLM's own prefix cache answers
+                    ("vllm:external_prefix_cache_queries_total", 0),
+                    ("vllm:external_prefix_cache_hits_total", 0)))
                 return self._send(200, text.encode(), "text/plain")
             return self._send(404, {"error": "not found"})
 
@@ -153,9 +160,10 @@ def _handler(inst: FakeInstance) -> type[http.server.BaseHTTPRequestHandler]:
                 return self._send(401, {"error": "Unauthorized"})
             tokens = prompt_tokens(body)
             inst.completions.append(tokens)
-            inst.cache(tokens)
-            if inst.delay_s:
-                time.sleep(inst.delay_s)
+            hit = inst.cache(tokens)
+            wait = inst.delay_s + inst.prefill_s_per_token * (len(tokens) - hit)
+            if wait:
+                time.sleep(wait)
             usage = {"prompt_tokens": len(tokens), "completion_tokens": 1,
                      "total_tokens": len(tokens) + 1}
             choice = {"index": 0, "text": "x", "finish_reason": "length"}

@@ -1,7 +1,8 @@
-"""verify's router probes against the real vllm-router on loopback: three stand-ins for vLLM
-instances behind their serving fronts (fake_vllm.py: /tokenize as vLLM, the
-X-Deploykit-Instance header as the serving front), two routers started from the rendered
-argv (render/router.py) and each behind the real HAProxy on its rendered router front.
+"""verify's router probes and `bench ttft --via-router` against the real vllm-router on
+loopback: three stand-ins for vLLM instances behind their serving fronts (fake_vllm.py:
+/tokenize as vLLM, the X-Deploykit-Instance header as the serving front), two routers
+started from the rendered argv (render/router.py), each behind the real HAProxy on its
+rendered router front.
 
 The router is vllm-router 0.1.17's console script, found as $DEPLOYKIT_VLLM_ROUTER or
 `vllm-router` on PATH; without it the tests skip. No lab, no systemd: every process is
@@ -25,6 +26,7 @@ import pytest
 import yaml
 
 import deploy_kit.verify.checks  # noqa: F401  (registers the checks)
+from deploy_kit.bench import ttft, ttft_report, ttft_router
 from deploy_kit.config import names
 from deploy_kit.config.site import Site
 from deploy_kit.ops.site import open_site
@@ -103,11 +105,13 @@ def routed(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[Any]:
     haproxy = require_tool("haproxy")
     started: list[Routed] = []
 
-    def start(logic: str = "prefixaware", policy: str | None = None) -> Routed:
+    def start(logic: str = "prefixaware", policy: str | None = None, delay_s: float = 0.0,
+              prefill_s_per_token: float = 0.0) -> Routed:
         ports = {"vllm": free_port(), "front": free_port()}
         root = _inventory(make_inventory, ports, logic)
         site = open_site(str(root), vault_password_file(root.parent))
-        run = Routed(site, {n: FakeInstance(n, ports["vllm"], a, api_key=KEY).start()
+        run = Routed(site, {n: FakeInstance(n, ports["vllm"], a, api_key=KEY, delay_s=delay_s,
+                                            prefill_s_per_token=prefill_s_per_token).start()
                             for n, a in BACKENDS.items()})
         started.append(run)
         keys = tmp_path / "router-front.keys"
@@ -227,3 +231,31 @@ def test_an_endpoint_outside_the_limit_is_not_read(routed: Any) -> None:
     assert probe.first == probe.second and probe.hits_delta is None
     assert probe.hits_note.endswith("is outside --limit")
 
+
+
+def test_bench_via_router_names_the_instance_and_states_the_ratio(
+        routed: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A step of 50 ms before every first token and 0.2 ms per uncached prompt token: a
+    cold 1024-token prompt waits about 0.25 s, a repeat about 0.05 s wherever it lands on
+    the instance that holds it."""
+    run = routed(delay_s=0.05, prefill_s_per_token=0.0002)
+    monkeypatch.setattr(ttft, "manifest", lambda site, hosts: {h.name: {} for h in hosts})
+    doc = ttft_router.run(run.site, "loopback", [1024], 2, tmp_path, max_tokens=2)
+    assert ttft_report.problems(doc) == [] and doc["notes"] == []
+    assert doc["hosts"] == {"router": "r1", "name": names.router_fqdn(run.site.settings)}
+    rows = {(r["case"], r["repeat"]): r for r in doc["results"]}
+    for rep in (0, 1):
+        cold, repeat = rows["router_cold", rep], rows["router_repeat", rep]
+        direct = rows["direct_repeat", rep]
+        assert repeat["same_instance"] is True and repeat["host"] == cold["host"]
+        # the instance that answered the router holds the prompt: the fake that got it
+        fake = run.fakes[cold["host"]]
+        assert sum(1 for p in fake.completions if len(p) == 1024) >= 2
+        assert (cold["local_hit_tokens"], repeat["local_hit_tokens"]) == (0, 1024)
+        assert direct["host"] == repeat["host"] and direct["local_hit_tokens"] == 1024
+        assert cold["ttft_s"] > 0.2 > repeat["ttft_s"]
+        assert repeat["vs_direct_repeat"] == pytest.approx(
+            repeat["ttft_s"] / direct["ttft_s"])
+    (routing,) = doc["routing"]
+    assert routing["same_instance"] == 2 and routing["router_vs_direct_repeat"] is not None
+    assert (tmp_path / "ttft.json").exists() and (tmp_path / "ttft.png").exists()
