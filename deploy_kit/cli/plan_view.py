@@ -13,6 +13,7 @@ from deploy_kit.core.hostlist import compact_hosts, merge_per_host
 from deploy_kit.plan.breakeven import MAX_TOKENS
 from deploy_kit.plan.plan import Plan
 from deploy_kit.plan.roll import hours
+from deploy_kit.plan.routing import RoutingEstimate, Shares
 
 
 def _hosts(names: Iterable[str]) -> str:
@@ -123,6 +124,9 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
                           f"reads every hit): the break-even {tokens:,} rests on unmeasured "
                           f"{' and '.join(g.unmeasured)}; measure and set them, or set "
                           "lmcache_min_retrieve_tokens")
+    said: set[str] = set()  # the groups' estimates share most assumptions: each once
+    for estimate in plan.routing:
+        _show_routing(estimate, console, said)
     for daily in plan.restarts:
         console.print(
             f"[bold]Daily restart[/] of {daily.model} on {_hosts(daily.hosts)}: {daily.slots} "
@@ -136,3 +140,32 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
         console.print(f"  {i}. {step.phase}{serial}: {_hosts(step.hosts)}")
     for w in merge_per_host(plan.warnings, (h.host for h in plan.hosts)):
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _shares(s: Shares) -> str:
+    parts = [(s.holder, "HBM/L1"), (s.host_l1, "host L1"), (s.remote, "S3"),
+             (s.recompute, "recompute")]
+    return ", ".join(f"{share:.0%} {what}" for share, what in parts if share > 0.0005)
+
+
+def _show_routing(e: RoutingEstimate, console: Console, said: set[str]) -> None:
+    """Where a repeated prefix is answered with and without the routers: an estimate, its
+    assumptions printed with it (those `said` for an earlier group are not repeated)."""
+    table = Table(title=f"Routing estimate (not measured): a repeated prefix of {e.model} on "
+                        f"{e.device}, {e.instances} instances on {e.hosts} hosts, "
+                        f"{e.logic} on {e.routers} router(s)", title_justify="left")
+    for col in ("context", "without a router", f"with {e.logic}"):
+        table.add_column(col)
+    other = any(r.other_router for r in e.rows)
+    if other:
+        table.add_column("at another router")
+    for r in e.rows:
+        cells = [f"{r.context_tokens // 1024}K", _shares(r.without), _shares(r.routed)]
+        if other:
+            cells.append(_shares(r.other_router) if r.other_router else "-")
+        table.add_row(*cells)
+    console.print(table)
+    for line in e.assumptions:
+        if line not in said:
+            console.print(f"  assumes {escape(line)}")
+            said.add(line)
