@@ -134,8 +134,8 @@ def assumptions(e: RoutingEstimate) -> list[str]:
         out.append("a remote hit never beats recompute at deploykit_storage_gbps: every miss "
                    "is recomputed")
     else:
-        out.append(f"a miss is an S3 hit from {e.breakeven_tokens:,} tokens (the break-even "
-                   "at deploykit_storage_gbps), a recompute below")
+        out.append("a miss is an S3 hit from the serving group's break-even length (at "
+                   "deploykit_storage_gbps), a recompute below")
     if e.logic in STICKY:
         out.append(f"with {e.logic} the repeat reaches the holder: an upper bound (vllm-router "
                    "sends a request to the least-loaded instance when the loads differ by "

@@ -91,16 +91,24 @@ def test_no_router_group_no_estimate(make_inventory: InventoryFactory) -> None:
 
 
 def test_plan_shows_the_estimate_labelled_with_its_assumptions_once() -> None:
+    """One table for every serving group of the example (16 instances of Qwen3-32B, two
+    routers), lengths with the same shares folded into one row, each assumption once."""
     plan = build_plan(open_site(str(REPO / "inventory" / "example")))
     console = Console(width=300, record=True)
     show_plan(plan, console)
     text = " ".join(console.export_text().split())  # titles wrap to their table's width
-    assert text.count("Routing estimate (not measured)") == len(plan.routing) == 3
+    assert text.count("Routing estimate (not measured)") == 1 and len(plan.routing) == 3
     assert "16 instances on 4 hosts, prefixaware on 2 router(s)" in text
-    # the example's H100 group: 16 instances, break-even 19,601 tokens
-    assert "│ 4K │ 6% HBM/L1, 94% recompute │ 100% HBM/L1 │ 53% HBM/L1, 47% recompute │" in text
-    assert "│ 32K │ 6% HBM/L1, 94% S3 │ 100% HBM/L1 │ 53% HBM/L1, 47% S3 │" in text
+    assert ("│ Qwen/Qwen3-32B on h100 (S3 from 19,601 tokens) │ 4K–16K │ 6% HBM/L1, 94% "
+            "recompute │ 100% HBM/L1 │ 53% HBM/L1, 47% recompute │") in text
+    assert "│ │ 32K–128K │ 6% HBM/L1, 94% S3 │ 100% HBM/L1 │ 53% HBM/L1, 47% S3 │" in text
+    assert "│ Qwen/Qwen3-32B on gaudi3 (S3 from 87,281 tokens) │ 4K–64K │" in text
     assert text.count("assumes the holder (the instance that served the prefix first) still "
                       "keeps it") == 1
-    assert "assumes a miss is an S3 hit from 19,601 tokens" in text
-    assert "assumes a miss is an S3 hit from 87,281 tokens" in text  # gaudi3's own
+    assert "assumes a miss is an S3 hit from the serving group's break-even length" in text
+
+
+def test_a_share_too_small_to_round_is_shown_not_dropped() -> None:
+    from deploy_kit.cli.plan_view import _shares
+
+    assert _shares(Shares(1 / 4000, 0.0, 0.0, 1 - 1 / 4000)) == "<1% HBM/L1, 100% recompute"
