@@ -102,6 +102,9 @@ class FakeInstance:
 def _handler(inst: FakeInstance) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as vLLM's server (uvicorn) sets it: without it a streamed answer's
+        # small writes on the router's kept-alive connection wait for a delayed ACK (40 ms)
+        disable_nagle_algorithm = True
 
         def log_message(self, *args: Any) -> None:
             pass
