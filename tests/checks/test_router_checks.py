@@ -81,3 +81,13 @@ def test_an_unknown_tag_is_named_as_such() -> None:
     obs.routing[0].second = "0123456789ab"
     status, message = _by_target(obs, "routing-sticky")[f"router1 (10.9.2.1) as {NAME}"]
     assert status == Status.FAIL and "an unknown instance (tag 0123456789ab)" in message
+
+
+def test_doctor_points_router_symptoms_at_the_router_checks() -> None:
+    from deploy_kit.verify.doctor import diagnose
+
+    for symptom in ("the repeat lands on a different instance", "llm.example.com refuses",
+                    "router returns 503"):
+        suggested = {c for _, checks in diagnose(symptom) for c in checks}
+        assert {"router-dns", "router-health", "routing-sticky"} <= suggested, symptom
+    assert not any("routing-sticky" in checks for _, checks in diagnose("the s3 region"))
