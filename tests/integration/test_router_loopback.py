@@ -4,8 +4,9 @@ loopback: three stand-ins for vLLM instances behind their serving fronts (fake_v
 started from the rendered argv (render/router.py), each behind the real HAProxy on its
 rendered router front.
 
-The router is vllm-router 0.1.17's console script, found as $DEPLOYKIT_VLLM_ROUTER or
-`vllm-router` on PATH; without it the tests skip. No lab, no systemd: every process is
+The router is vllm-router's console script installed from deploykit's hash-pinned lock,
+as a router host installs it (tests/tools.py vllm_router; $DEPLOYKIT_VLLM_ROUTER names
+another); CI fails without it. No lab, no systemd: every process is
 started here and stopped at the end."""
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import copy
 import http.client
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,7 +30,7 @@ from deploy_kit.bench import ttft, ttft_report, ttft_router
 from deploy_kit.config import names
 from deploy_kit.config.site import Site
 from deploy_kit.ops.site import open_site
-from deploy_kit.render.router import render_front, router_argv
+from deploy_kit.render.router import render_front, render_launcher, router_argv
 from deploy_kit.render.serving_front import key_digest
 from deploy_kit.verify import gather
 from deploy_kit.verify.model import Observation, Status, evaluate
@@ -38,12 +38,14 @@ from deploy_kit.verify.probes import router_probe
 from tests.conftest import CPU_TWO_INSTANCES, InventoryFactory, encrypt_vault, vault_password_file
 from tests.integration.fake_vllm import FakeInstance
 from tests.integration.test_consul_dns import free_port
-from tests.tools import require_tool
+from tests.tools import require_tool, vllm_router
 
 KEY = "router-probe-key"
-ROUTER = os.environ.get("DEPLOYKIT_VLLM_ROUTER") or shutil.which("vllm-router")
-pytestmark = pytest.mark.skipif(ROUTER is None or not Path(ROUTER).exists(),
-                                reason="vllm-router not installed ($DEPLOYKIT_VLLM_ROUTER)")
+@pytest.fixture(scope="module")
+def router_script() -> str:
+    return vllm_router()
+
+
 ROUTER_CHECKS = {"router-health", "routing-sticky"}
 
 
@@ -99,7 +101,8 @@ def _wait(address: str, port: int, path: str, what: str, proc: subprocess.Popen[
 
 
 @pytest.fixture
-def routed(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[Any]:
+def routed(make_inventory: InventoryFactory, tmp_path: Path, router_script: str
+           ) -> Iterator[Any]:
     """start(logic, policy=None): the site, its instances and routers running; `policy`
     replaces the rendered --policy (a router that does not do what the site says)."""
     haproxy = require_tool("haproxy")
@@ -114,6 +117,10 @@ def routed(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[Any]:
                                             prefill_s_per_token=prefill_s_per_token).start()
                             for n, a in BACKENDS.items()})
         started.append(run)
+        # the router host's launcher (render/router.py): the key from the environment
+        launcher = tmp_path / "launch.py"
+        launcher.write_text(render_launcher())
+        python = str(Path(router_script).parent / "python")
         keys = tmp_path / "router-front.keys"
         keys.write_text(key_digest(KEY) + "\n")
         for host in site.group("router"):
@@ -121,13 +128,14 @@ def routed(make_inventory: InventoryFactory, tmp_path: Path) -> Iterator[Any]:
             # two routers on one machine: each its own loopback and metrics port, and its
             # front bound to its own address (on a router host the front owns router_port)
             own, metrics = free_port(), free_port()
-            argv = [str(ROUTER), *router_argv(site, host)[2:], "--api-key", KEY]
+            argv = [python, str(launcher), *router_argv(site, host)[2:]]
             argv[argv.index("--port") + 1] = str(own)
             argv[argv.index("--prometheus-port") + 1] = str(metrics)
             if policy is not None:
                 argv[argv.index("--policy") + 1] = policy
             log = (tmp_path / f"{host.name}.log").open("wb")
-            run.procs[host.name] = subprocess.Popen(argv, stdout=log, stderr=log)
+            run.procs[host.name] = subprocess.Popen(
+                argv, stdout=log, stderr=log, env={**os.environ, "VLLM_ROUTER_API_KEY": KEY})
             _wait("127.0.0.1", own, "/liveness", f"vllm-router {host.name}",
                   run.procs[host.name])
             cfg = tmp_path / f"{host.name}-front.cfg"
