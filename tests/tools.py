@@ -81,3 +81,45 @@ def udp_server(handler: type[socketserver.BaseRequestHandler]) -> Iterator[int]:
         server.shutdown()
         server.server_close()
 
+
+
+ROUTER_VENVS = Path(os.environ.get("DEPLOYKIT_ROUTER_VENVS", "/var/cache/deploykit/router-venv"))
+
+
+def vllm_router() -> str:
+    """vllm-router's console script as a router host gets it: installed from deploykit's
+    hash-pinned lock (the lab's staged wheels when prefetch made them, else PyPI) into a
+    cached venv on first use; $DEPLOYKIT_VLLM_ROUTER names another. Without one: a skip,
+    or a failure in CI (DEPLOYKIT_REQUIRE_TOOLS=1)."""
+    given = os.environ.get("DEPLOYKIT_VLLM_ROUTER")
+    if given:
+        return given
+    from deploy_kit.config.models import HostConfig
+    from deploy_kit.core import router_lock
+    from deploy_kit.ops import router_wheels
+
+    version = HostConfig.model_fields["router_version"].default
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    venv = ROUTER_VENVS / f"{version}-py{py.replace('.', '')}"
+    script = venv / "bin" / "vllm-router"
+    if script.exists():
+        return str(script)
+    staged = Path("/var/cache/deploykit/wheelhouse") / router_wheels.stage_name(
+        version, py, os.uname().machine)
+    offline = ["--no-index", "--find-links", str(staged)] if \
+        (staged / "requirements.lock").exists() else []
+    try:
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps",
+                        "--require-hashes", *offline, "-r",
+                        str(router_lock.lock_path(version))],
+                       check=True, capture_output=True, text=True, timeout=600)
+    except (subprocess.SubprocessError, OSError) as exc:
+        shutil.rmtree(venv, ignore_errors=True)
+        detail = getattr(exc, "stderr", "") or str(exc)
+        if os.environ.get("DEPLOYKIT_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"vllm-router {version} could not be installed: {detail[-800:]}")
+        pytest.skip(f"vllm-router {version} not installable here: {detail[-200:]}")
+    return str(script)

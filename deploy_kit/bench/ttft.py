@@ -43,6 +43,7 @@ class Target:
     port: int
     model: str
     api_key: str | None = None
+    host_header: str | None = None  # a router: the routers' name, sent to its address
 
 
 class Tier(Protocol):

@@ -19,6 +19,18 @@ LABELS = {"cold": "cold prefill (host A)",
           "remote_hit_restart": "remote hit after restarting vLLM + LMCache (host A)",
           "remote_hit_other_host": "remote hit on host B (never saw the prompt)",
           "dram_only_control": "DRAM-only control: cold prefill on host B"}
+# `bench ttft --via-router` (bench/ttft_router.py): the same document and chart, its cases
+ROUTER_SCHEMA = "deploykit-bench-ttft-router/1"
+ROUTER_CASES = ("router_cold", "router_repeat", "direct_cold", "direct_repeat",
+                "direct_random_repeat")
+ROUTER_LABELS = {"router_cold": "cold prefill through the router",
+                 "router_repeat": "repeat through the router",
+                 "direct_cold": "cold prefill direct to the router repeat's instance",
+                 "direct_repeat": "repeat direct to that instance",
+                 "direct_random_repeat": "repeat direct to a random instance (no router)"}
+ROUTER_TARGET = 1.5  # the lab's acceptance: router repeat <= 1.5 x direct repeat
+ROUTER_ROW_KEYS: dict[str, type | tuple[type, ...]] = {
+    "via": str, "instance": (str, type(None))}
 ROW_KEYS: dict[str, type | tuple[type, ...]] = {
     "context_tokens": int, "case": str, "repeat": int, "host": str,
     "ttft_s": (float, type(None)), "tpot_s": (float, type(None)),
@@ -31,15 +43,29 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def routed(doc: dict[str, Any]) -> bool:
+    """A `--via-router` document."""
+    return doc.get("schema") == ROUTER_SCHEMA
+
+
+def cases_of(doc: dict[str, Any]) -> tuple[str, ...]:
+    return ROUTER_CASES if routed(doc) else CASES
+
+
+def _labels(doc: dict[str, Any]) -> dict[str, str]:
+    return ROUTER_LABELS if routed(doc) else LABELS
+
+
+def summarise(results: list[dict[str, Any]], cases: tuple[str, ...] = CASES,
+              cold_case: str = "cold") -> list[dict[str, Any]]:
     """Median TTFT/TPOT and hit tokens per (context length, case), plus TTFT relative to cold."""
     out: list[dict[str, Any]] = []
     lengths = sorted({r["context_tokens"] for r in results})
     for length in lengths:
         rows = [r for r in results if r["context_tokens"] == length]
-        cold = _median([r["ttft_s"] for r in rows if r["case"] == "cold" and
+        cold = _median([r["ttft_s"] for r in rows if r["case"] == cold_case and
                         r["ttft_s"] is not None])
-        for case in CASES:
+        for case in cases:
             mine = [r for r in rows if r["case"] == case]
             if not mine:
                 continue
@@ -104,6 +130,46 @@ def document(*, site: str, run_id: str, started: str, model: str, hosts: dict[st
             "purged_objects": {str(k): v for k, v in purged.items()}, "notes": notes}
 
 
+def routing_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per context length: how often the router's repeat went back to the cold request's
+    instance, how often the random instance held the prompt, and the median over repeats of
+    router repeat TTFT / direct repeat TTFT to the same instance (the router's own cost)."""
+    out = []
+    for length in sorted({r["context_tokens"] for r in results}):
+        rows = [r for r in results if r["context_tokens"] == length]
+        repeats = [r for r in rows if r["case"] == "router_repeat"]
+        randoms = [r for r in rows if r["case"] == "direct_random_repeat"]
+        ratios = [r["vs_direct_repeat"] for r in repeats
+                  if r.get("vs_direct_repeat") is not None]
+        ratio = _median(ratios)
+        out.append({"context_tokens": length, "n": len(repeats),
+                    "same_instance": sum(1 for r in repeats if r.get("same_instance")),
+                    "random_was_holder": sum(1 for r in randoms if r.get("holder")),
+                    "router_vs_direct_repeat": ratio, "target": ROUTER_TARGET,
+                    "within_target": None if ratio is None else ratio <= ROUTER_TARGET})
+    return out
+
+
+def router_document(*, site: str, run_id: str, started: str, model: str,
+                    router: dict[str, str], instances: list[str], lengths: list[int],
+                    repeats: int, max_tokens: int, token_ids: tuple[int, int],
+                    manifest: dict[str, Any], results: list[dict[str, Any]],
+                    notes: list[str]) -> dict[str, Any]:
+    """`--via-router`'s document: the protocol's form (results, summary, cases), its own
+    schema and cases, and `routing` (routing_summary)."""
+    from deploy_kit import __version__
+
+    return {"schema": ROUTER_SCHEMA, "deploykit_version": __version__, "site": site,
+            "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+            "run_id": run_id, "started": started, "model": model, "hosts": router,
+            "instances": instances, "lengths": lengths, "repeats": repeats,
+            "max_tokens": max_tokens, "token_ids": list(token_ids),
+            "cases": dict(ROUTER_LABELS), "skipped_cases": {}, "manifest": manifest,
+            "results": results,
+            "summary": summarise(results, ROUTER_CASES, "router_cold"),
+            "routing": routing_summary(results), "notes": notes}
+
+
 def _label(case: str, skipped_cases: dict[str, str]) -> str:
     if case == "dram_only_control" and "remote_hit_other_host" in skipped_cases:
         return "DRAM-only control: cold prefill of a fresh prompt (host A)"
@@ -117,16 +183,19 @@ def problems(doc: dict[str, Any]) -> list[str]:
                 "results", "summary"):
         if key not in doc:
             found.append(f"missing {key}")
-    if doc.get("schema") != SCHEMA:
+    if doc.get("schema") not in (SCHEMA, ROUTER_SCHEMA):
         found.append(f"schema {doc.get('schema')!r}")
+    keys = ROW_KEYS | (ROUTER_ROW_KEYS if routed(doc) else {})
     for i, row in enumerate(doc.get("results", [])):
-        for key, kind in ROW_KEYS.items():
+        for key, kind in keys.items():
             if key not in row:
                 found.append(f"results[{i}] missing {key}")
             elif not isinstance(row[key], kind) or isinstance(row[key], bool):
                 found.append(f"results[{i}].{key} is {type(row[key]).__name__}")
-        if row.get("case") not in CASES:
+        if row.get("case") not in cases_of(doc):
             found.append(f"results[{i}].case {row.get('case')!r}")
+    if routed(doc) and "routing" not in doc:
+        found.append("missing routing")
     return found
 
 
@@ -141,7 +210,28 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f"{row['ttft_s']:.3f} s{spread} ({hits} hit)"
 
 
+def router_table(doc: dict[str, Any]) -> Table:
+    out = Table(title=f"TTFT through the router ({doc['hosts']['router']} as "
+                      f"{doc['hosts']['name']}) vs direct: {doc['model']} on {doc['site']} "
+                      f"(median of {doc['repeats']} \\[min-max])", title_justify="left")
+    out.add_column("context tokens", justify="right")
+    for case in ROUTER_CASES:
+        out.add_column(case, justify="right")
+    out.add_column("repeat on the cold's instance", justify="right")
+    out.add_column("random instance held it", justify="right")
+    out.add_column(f"router / direct repeat (goal ≤ {ROUTER_TARGET})", justify="right")
+    by = {(s["context_tokens"], s["case"]): s for s in doc["summary"]}
+    for r in doc["routing"]:
+        length, ratio = r["context_tokens"], r["router_vs_direct_repeat"]
+        out.add_row(f"{length:,}", *[_cell(by.get((length, c))) for c in ROUTER_CASES],
+                    f"{r['same_instance']} of {r['n']}", f"{r['random_was_holder']} of {r['n']}",
+                    "-" if ratio is None else f"{ratio:.2f}")
+    return out
+
+
 def table(doc: dict[str, Any]) -> Table:
+    if routed(doc):
+        return router_table(doc)
     cases = [c for c in CASES if c in doc["cases"]]
     out = Table(title=f"TTFT by context length: {doc['model']} on {doc['site']} "
                       f"(median of {doc['repeats']} [min-max])", title_justify="left")
@@ -191,7 +281,17 @@ def crossover(cold: list[tuple[int, float]], remote: list[tuple[int, float]]
 
 def headline(doc: dict[str, Any]) -> str | None:
     """The one number a reader takes away: the other-host (else restart) remote hit against
-    a cold prefill at the longest measured context."""
+    a cold prefill at the longest measured context; through a router, the router repeat
+    against the direct repeat there."""
+    if routed(doc):
+        rows = [r for r in doc.get("routing", []) if r["router_vs_direct_repeat"] is not None]
+        if not rows:
+            return None
+        top = max(rows, key=lambda r: r["context_tokens"])
+        return (f"router repeat / direct repeat at {top['context_tokens']:,} tokens: "
+                f"{top['router_vs_direct_repeat']:.2f} (goal ≤ {ROUTER_TARGET}); the repeat "
+                f"went back to the cold request's instance {top['same_instance']} of "
+                f"{top['n']} times")
     for case in ("remote_hit_other_host", "remote_hit_restart"):
         rows = [s for s in doc["summary"] if s["case"] == case and s.get("ttft_vs_cold")]
         if rows:
@@ -209,7 +309,8 @@ def figure(doc: dict[str, Any]) -> Any:
     crossover where a remote hit starts to beat cold marked, the headline ratio on it."""
     fig, ax = _pyplot().subplots(figsize=(11, 5), dpi=110)
     lines: dict[str, list[tuple[int, float]]] = {}
-    for case in CASES:
+    labels = _labels(doc)
+    for case in cases_of(doc):
         rows = sorted((s for s in doc["summary"] if s["case"] == case and s["ttft_s"]),
                       key=lambda s: s["context_tokens"])
         if not rows:
@@ -219,7 +320,7 @@ def figure(doc: dict[str, Any]) -> Any:
         low = [y - (s.get("ttft_min_s") or y) for y, s in zip(ys, rows, strict=True)]
         high = [(s.get("ttft_max_s") or y) - y for y, s in zip(ys, rows, strict=True)]
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3,
-                    label=doc.get("cases", {}).get(case, LABELS[case]))
+                    label=doc.get("cases", {}).get(case, labels[case]))
         lines[case] = list(zip(xs, ys, strict=True))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -235,7 +336,8 @@ def figure(doc: dict[str, Any]) -> Any:
                        label=f"break-even: remote hit beats cold above ~{at:,.0f} tokens")
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("time to first token (s, log scale)")
-    ax.set_title(f"TTFT: cold vs LMCache hits, {doc['model']} ({doc['site']})", fontsize=10)
+    what = "through the router vs direct" if routed(doc) else "cold vs LMCache hits"
+    ax.set_title(f"TTFT: {what}, {doc['model']} ({doc['site']})", fontsize=10)
     news = headline(doc)
     if news:
         ax.text(0.02, 0.98, news, transform=ax.transAxes, va="top", fontsize=9,

@@ -66,26 +66,37 @@ def bench_ttft(inventory: InventoryOpt,
                    min=1, metavar="N", help="fresh prompts per length")] = 1,
                max_tokens: Annotated[int, typer.Option(
                    min=2, metavar="N", help="tokens generated per request (TPOT)")] = 16,
-               out: Annotated[Path, typer.Option(
-                   metavar="DIR", help="ttft.json + ttft.png here")] = Path("runs/bench-ttft"),
+               out: Annotated[Path | None, typer.Option(
+                   metavar="DIR", help="ttft.json + ttft.png here (default runs/bench-ttft, "
+                                       "with --via-router runs/bench-ttft-router)")] = None,
                allow_single_host: Annotated[bool, typer.Option(
                    "--allow-single-host",
                    help="run with one serving host (no remote_hit_other_host rows)")] = False,
                yes: Annotated[bool, typer.Option(
                    "--yes", help="restart the first serving host and delete this run's own "
                                  "objects without asking (any site but the lab)")] = False,
+               via_router: Annotated[bool, typer.Option(
+                   "--via-router",
+                   help="cold and repeat through one router vs direct to the instance it "
+                        "chose and to a random one; restarts and deletes nothing")] = False,
                *, vault: VaultOptions, connection: ConnectionOptions) -> None:
     """Cold prefill vs LMCache DRAM, remote (after a restart) and other-host hits, per length.
 
     It restarts vLLM and the LMCache server on the first serving host (each repeat) and
     deletes the objects its own prompts stored (this model's keys, newer than the run):
-    outside the lab it asks first, or takes --yes."""
+    outside the lab it asks first, or takes --yes. With --via-router it measures the
+    routers instead (docs/benchmarks.md)."""
     import sys
 
     require_bench_extra("matplotlib")
     from deploy_kit.bench import ttft, ttft_report
 
     sweep = [int(n) for n in lengths.split(",") if n.strip()] if lengths else None
+    if via_router:
+        _ttft_via_router(inventory, sweep, repeats, max_tokens,
+                         out or Path("runs/bench-ttft-router"), vault, connection)
+        return
+    out = out or Path("runs/bench-ttft")
     with reached_site(inventory, vault, connection) as site:
         console().print(ttft.plan_notice(site), markup=False, soft_wrap=True)
         if not yes and site.name != "lab":
@@ -104,3 +115,23 @@ def bench_ttft(inventory: InventoryOpt,
         for note in doc["notes"]:
             console().print(f"note: {note}", markup=False)
         console().print(f"wrote {', '.join(doc['files'])}")
+
+
+def _ttft_via_router(inventory: list[str], sweep: list[int] | None, repeats: int,
+                     max_tokens: int, out: Path, vault: VaultOptions,
+                     connection: ConnectionOptions) -> None:
+    from deploy_kit.bench import ttft_report, ttft_router
+
+    with reached_site(inventory, vault, connection) as site:
+        if not site.group("router"):
+            raise typer.BadParameter("the site has no router group", param_hint="--via-router")
+        with console().status("TTFT through the router…") as status:
+            doc = ttft_router.run(site, ",".join(inventory), sweep, repeats, out, max_tokens,
+                                  log=lambda line: status.update(line))
+    console().print(ttft_report.table(doc))
+    news = ttft_report.headline(doc)
+    if news:
+        console().print(news, markup=False)
+    for note in doc["notes"]:
+        console().print(f"note: {note}", markup=False)
+    console().print(f"wrote {', '.join(doc['files'])}")

@@ -13,6 +13,7 @@ from deploy_kit.core.hostlist import compact_hosts, merge_per_host
 from deploy_kit.plan.breakeven import MAX_TOKENS
 from deploy_kit.plan.plan import Plan
 from deploy_kit.plan.roll import hours
+from deploy_kit.plan.routing import RoutingEstimate, Shares
 
 
 def _hosts(names: Iterable[str]) -> str:
@@ -123,6 +124,8 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
                           f"reads every hit): the break-even {tokens:,} rests on unmeasured "
                           f"{' and '.join(g.unmeasured)}; measure and set them, or set "
                           "lmcache_min_retrieve_tokens")
+    if plan.routing:
+        _show_routing(plan.routing, console)
     for daily in plan.restarts:
         console.print(
             f"[bold]Daily restart[/] of {daily.model} on {_hosts(daily.hosts)}: {daily.slots} "
@@ -136,3 +139,50 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
         console.print(f"  {i}. {step.phase}{serial}: {_hosts(step.hosts)}")
     for w in merge_per_host(plan.warnings, (h.host for h in plan.hosts)):
         console.print(f"[yellow]warning:[/] {escape(w)}")
+
+
+def _shares(s: Shares) -> str:
+    parts = [(s.holder, "HBM/L1"), (s.host_l1, "host L1"), (s.remote, "S3"),
+             (s.recompute, "recompute")]
+    return ", ".join(f"{share:.0%} {what}" if share >= 0.005 else f"<1% {what}"
+                     for share, what in parts if share > 0)
+
+
+def _kilo(tokens: int) -> str:
+    return f"{tokens // 1024}K"
+
+
+def _show_routing(estimates: list[RoutingEstimate], console: Console) -> None:
+    """Where a repeated prefix is answered with and without the routers: an estimate, one
+    table for every serving group (context lengths with the same shares folded into one
+    row), its assumptions printed under it once."""
+    first = estimates[0]
+    other = any(r.other_router for e in estimates for r in e.rows)
+    table = Table(title=f"Routing estimate (not measured): where a repeated prefix is "
+                        f"answered, {first.instances} instances on {first.hosts} hosts, "
+                        f"{first.logic} on {first.routers} router(s)", title_justify="left")
+    for col in ("serving group", "context", "without a router", f"with {first.logic}",
+                *(["at another router"] if other else [])):
+        table.add_column(col)
+    for e in estimates:
+        group = f"{e.model} on {e.device}" + (
+            f" (S3 from {e.breakeven_tokens:,} tokens)"
+            if e.remote_tier and e.breakeven_tokens not in (None, MAX_TOKENS) else "")
+        runs: list[tuple[list[int], tuple[str, ...]]] = []
+        for r in e.rows:
+            cells = (_shares(r.without), _shares(r.routed),
+                     *([_shares(r.other_router) if r.other_router else "-"] if other else []))
+            if runs and runs[-1][1] == cells:
+                runs[-1][0].append(r.context_tokens)
+            else:
+                runs.append(([r.context_tokens], cells))
+        for i, (lengths, cells) in enumerate(runs):
+            span = _kilo(lengths[0]) if len(lengths) == 1 else \
+                f"{_kilo(lengths[0])}–{_kilo(lengths[-1])}"
+            table.add_row(escape(group) if i == 0 else "", span, *cells)
+    console.print(table)
+    said: dict[str, None] = {}
+    for e in estimates:
+        said.update(dict.fromkeys(e.assumptions))
+    for line in said:
+        console.print(f"  assumes {escape(line)}")

@@ -680,6 +680,13 @@ class HostConfig(BaseModel):
     monitoring_ceph_osd_latency_ms: float = Field(default=100.0, gt=0, le=600_000)
     # alert when less than this share of a serving host's /dev/shm stays free for 5 minutes
     monitoring_shm_free_ratio: float = Field(default=0.1, gt=0, lt=1)
+    # sites with routers: alert when one instance gets more than this share of a router's
+    # requests (vllm-router's policy decisions; kvaware counts none, so it has no such alert)
+    # while the router has two or more healthy instances and real traffic. Above 0.5: with
+    # two instances an even split is 0.5
+    monitoring_router_skew_ratio: float = Field(default=0.8, gt=0.5, lt=1)
+    # how long that share may stay above monitoring_router_skew_ratio before the alert fires
+    monitoring_router_skew_for: str = Field(default="30m", pattern=_DURATION)
     # `up` enables Ceph's mgr `prometheus` module and Prometheus scrapes it; false: neither
     monitoring_ceph_mgr_prometheus: bool = True
     # where Prometheus scrapes the mgr `prometheus` module (host:port): list every mgr host,

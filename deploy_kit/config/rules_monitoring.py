@@ -24,6 +24,8 @@ RULES, rule = collector()
 RETENTION_S = 15 * 86400
 # HAProxy's `timeout server` (templates/haproxy.cfg.j2): no answer is timed above it
 HAPROXY_SERVER_TIMEOUT_S = 300
+# the alerts' `for` durations that come from settings
+ALERT_FORS = ("monitoring_hit_ratio_for", "monitoring_router_skew_for")
 _UNITS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1,
           "ms": 0.001}
 _PART = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
@@ -49,7 +51,7 @@ def shortest_rate_window() -> float:
 def _monitoring_problems(site: Site) -> Iterator[Problem]:
     """The rules and config are rendered once for the site (site.settings)."""
     c = site.settings
-    for key in ("monitoring_scrape_interval", "monitoring_hit_ratio_for"):
+    for key in ("monitoring_scrape_interval", *ALERT_FORS):
         if getattr(c, key) and seconds(getattr(c, key)) == 0:
             yield Problem(site.settings_source(key), key, f"{getattr(c, key)} is zero "
                           "(Prometheus refuses it)", "give a positive duration, e.g. 15s")
@@ -64,11 +66,11 @@ def _monitoring_problems(site: Site) -> Iterator[Problem]:
                           f"the alerts' {int(window)}s rate windows: rate() is empty and "
                           "those alerts can never fire",
                           f"use at most {int(window // 2)}s")
-        if seconds(c.monitoring_hit_ratio_for) > RETENTION_S:
-            yield Problem(site.settings_source("monitoring_hit_ratio_for"),
-                          "monitoring_hit_ratio_for",
-                          f"{c.monitoring_hit_ratio_for} is longer than Prometheus's 15-day "
-                          "retention: the alert cannot fire", "use at most 360h (15 days)")
+        for key in ALERT_FORS:
+            if seconds(getattr(c, key)) > RETENTION_S:
+                yield Problem(site.settings_source(key), key,
+                              f"{getattr(c, key)} is longer than Prometheus's 15-day "
+                              "retention: the alert cannot fire", "use at most 360h (15 days)")
         if c.monitoring_rgw_latency_seconds >= HAPROXY_SERVER_TIMEOUT_S:
             yield Problem(site.settings_source("monitoring_rgw_latency_seconds"),
                           "monitoring_rgw_latency_seconds",

@@ -61,7 +61,8 @@ SITE_KEYS: tuple[str, ...] = (
     # the monitoring host's rules and ports
     "monitoring_scrape_interval", "monitoring_hit_ratio_target", "monitoring_hit_ratio_for",
     "monitoring_rgw_latency_seconds", "monitoring_ceph_osd_latency_ms",
-    "monitoring_shm_free_ratio", "monitoring_ceph_mgr_prometheus", "monitoring_ceph_mgr_targets",
+    "monitoring_shm_free_ratio", "monitoring_router_skew_ratio", "monitoring_router_skew_for",
+    "monitoring_ceph_mgr_prometheus", "monitoring_ceph_mgr_targets",
     "monitoring_prometheus_port", "monitoring_blackbox_port", "monitoring_alertmanager",
     "monitoring_alertmanager_port",
 )

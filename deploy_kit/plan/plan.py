@@ -23,6 +23,7 @@ from deploy_kit.plan.breakeven import (
     unmeasured_inputs,
     unrendered_advice,
 )
+from deploy_kit.plan.routing import RoutingEstimate, estimate
 from deploy_kit.plan.serving import accelerator_of, serving_host
 
 PLAN_SCHEMA = 1
@@ -102,6 +103,9 @@ class Plan:
     serving_groups: list[ServingGroupPlan] = field(default_factory=list)
     # per lease (model): the daily scheduled restart's roll against its window (plan.roll)
     restarts: list[roll.RollPlan] = field(default_factory=list)
+    # where the site has routers, per serving group: where a repeated prefix is answered
+    # with and without them (plan.routing: an estimate, its assumptions with it)
+    routing: list[RoutingEstimate] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -390,6 +394,9 @@ def build_plan(site: Site) -> Plan:
     rgw = site.group("rgw")
     dns_servers = site.group("dns")
     restarts = roll.rolls(site)
+    groups = serving_groups(site)
+    routing = [e for g in groups
+               if (e := estimate(g, site.group("vllm"), site.group("router"))) is not None]
     return Plan(
         schema=PLAN_SCHEMA,
         site={"name": site.name, "s3_fqdn": s.deploykit_s3_fqdn,
@@ -409,8 +416,9 @@ def build_plan(site: Site) -> Plan:
              "addresses": sorted(h.address for h in rgw),
              "servers": sorted(h.address for h in dns_servers)},
         rollout=rollout(site),
-        serving_groups=serving_groups(site),
+        serving_groups=groups,
         restarts=restarts,
+        routing=routing,
         warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts),
     )
 

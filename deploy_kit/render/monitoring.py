@@ -8,7 +8,10 @@ Metric names are upstream's, read from the pinned releases: vLLM 0.32/0.33
 (`lmcache/v1/mp_observability/subscribers/metrics/{lookup,l2,l2_failures}.py`, which its
 Prometheus exporter names `lmcache_mp_<name>_<unit>_total`), HAProxy 2.6's built-in exporter
 (`haproxy_server_status{state=...}`, `haproxy_server_response_time_average_seconds`), the
-blackbox exporter's DNS prober (`probe_dns_answer_rrs`) and the node exporter.
+blackbox exporter's DNS prober (`probe_dns_answer_rrs`), the node exporter, and vllm-router
+0.1.17 (`src/metrics.rs`, each name seen in a scrape of the real router:
+`vllm_router_policy_decisions_total{policy,worker}`, `vllm_router_worker_health{worker}`).
+Everything about routers is rendered only where the site has a `router` group.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ HAPROXY = "deploykit-haproxy"
 CEPH = "deploykit-ceph-mgr"
 NODE = "deploykit-node"
 DNS_ANSWERS = "deploykit-dns-answers"
+ROUTER = "deploykit-router"
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,10 @@ class Job:
 JOBS = (Job(VLLM), Job(LMCACHE), Job(COREDNS),
         Job(CONSUL, "/v1/agent/metrics", {"format": ["prometheus"]}),
         Job(HAPROXY), Job(CEPH), Job(NODE),
-        Job(DNS_ANSWERS, "/probe", {"module": [DNS_PROBE_MODULE]}, probed=True))
+        Job(DNS_ANSWERS, "/probe", {"module": [DNS_PROBE_MODULE]}, probed=True), Job(ROUTER))
+# the jobs of an optional group (every host of it is scraped): a site without the group
+# renders no word of them, not even why they are left out
+GROUP_JOBS = {ROUTER}
 
 
 def _endpoint(address: str, port: int) -> str:
@@ -133,6 +140,8 @@ def _scrape_targets(site: Site) -> Targets:
             if c.lmcache_server and _server_metrics(c):
                 add(LMCACHE, host, "vllm", c.lmcache_server_metrics_port, **_serving_labels(c))
             add(NODE, host, "vllm", c.monitoring_node_exporter_port, **_serving_labels(c))
+        if "router" in host.groups:  # the router front passes /metrics to its metrics port
+            add(ROUTER, host, "router", c.router_port)
         if "dns" in host.groups:
             add(COREDNS, host, "dns", c.coredns_metrics_port)
             add(DNS_ANSWERS, host, "dns", c.coredns_port)
@@ -163,7 +172,7 @@ def _scrape_targets(site: Site) -> Targets:
         for host in site.group("ceph_admin"):
             add(CEPH, host, "ceph_admin", CEPH_MGR_PORT)
     for job in JOBS:
-        if not groups[job.name] and job.name not in omitted:
+        if not groups[job.name] and job.name not in omitted and job.name not in GROUP_JOBS:
             omitted[job.name] = "no host in the inventory runs it"
     return Targets({k: v for k, v in groups.items() if v}, omitted)
 
@@ -215,6 +224,10 @@ class Alert:
                 "runbook": f"deploykit verify --check {self.verify_check}; "
                            f"deploykit doctor \"{self.doctor_symptom}\""}
 
+    def fired_annotations(self, labels: dict[str, str]) -> dict[str, str]:
+        """What the alert carries when it fires with `labels` (promtool compares them)."""
+        return {k: _expand(v, labels) for k, v in self.annotations().items()}
+
     def rule(self) -> dict[str, Any]:
         return {"alert": self.name, "expr": self.expr, "for": self.for_,
                 "labels": {"severity": self.severity}, "annotations": self.annotations()}
@@ -262,8 +275,35 @@ def alert_values(site: Site) -> dict[str, str]:
         "shm_avail_short": int(shm_size * free / 2),
         "shm_avail_ample": int(shm_size * (1 + free) / 2),
         **_quota_values(site),
+        **_router_values(site),
     }
     return {name: str(value) for name, value in values.items()}
+
+
+# below this many requests a second a router's choices say little: at light sequential
+# traffic cache_aware sends every prompt to its first instance (measured on 0.1.17), and a
+# site without traffic must not page anyone
+ROUTER_SKEW_MIN_RATE = 0.2
+# the skew rule's test traffic: policy decisions a minute (about 16.7 a second, well above
+# the minimum rate), and the `for`'s test margin
+_SKEW_TEST_PER_MINUTE = 1000
+
+
+def _router_values(site: Site) -> dict[str, object]:
+    """The router alerts' values: the skew rule's share, rate and `for`, and its test
+    series (one instance just past the share, and an even split between two)."""
+    s = site.settings
+    ratio = s.monitoring_router_skew_ratio
+    top = min(_SKEW_TEST_PER_MINUTE,
+              -(-int(_SKEW_TEST_PER_MINUTE * (1 + ratio)) // 2))  # halfway from ratio to 1
+    return {"router": ROUTER, "router_fqdn": names.router_fqdn(s), "router_skew_ratio": ratio,
+            "router_skew_percent": f"{ratio * 100:g}%",
+            "router_skew_for": s.monitoring_router_skew_for,
+            "router_skew_min_rate": ROUTER_SKEW_MIN_RATE,
+            # the rule's 10-minute rate window, then its `for`, then 5 minutes to spare
+            "router_skew_eval": 10 + _minutes(s.monitoring_router_skew_for) + 5,
+            "router_skew_top": top, "router_skew_rest": _SKEW_TEST_PER_MINUTE - top,
+            "router_even": _SKEW_TEST_PER_MINUTE // 2}
 
 
 # the share of the bucket's quota at which the quota alert fires: room for a day or more of
@@ -295,7 +335,17 @@ def alert_switches(site: Site) -> dict[str, bool]:
         "ceph_mgr": bool(scrape_targets(site).groups.get(CEPH)),
         # a quota to fill (0: none) and the pool usage to watch it with
         "bucket_quota": bool(scrape_targets(site).groups.get(CEPH)) and _has_quota(site),
+        "routers": bool(scrape_targets(site).groups.get(ROUTER)),
+        "router_decisions": bool(scrape_targets(site).groups.get(ROUTER))
+        and counts_decisions(site),
     }
+
+
+def counts_decisions(site: Site) -> bool:
+    """Whether the routers count their choices of an instance: vllm-router 0.1.17's kv_aware
+    policy never calls record_policy_decision (src/policies/kv_aware.rs; measured, no
+    vllm_router_policy_decisions_total at all), the others do."""
+    return site.settings.router_routing_logic != "kvaware"
 
 
 def _has_quota(site: Site) -> bool:
@@ -371,7 +421,7 @@ def rule_tests(site: Site, rules_file: str = "rules.yml",
     for alert in alerts(site):
         firing = alert.healthy if alert.name == swap else alert.firing
         labels = {**alert.labels, "severity": alert.severity}
-        expected = {k: _expand(v, labels) for k, v in alert.annotations().items()}
+        expected = alert.fired_annotations(labels)
         tests.append({"interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in firing],
                       "alert_rule_test": [{"eval_time": alert.eval_time,
@@ -498,6 +548,7 @@ def render_targets(site: Site) -> dict[str, str]:
 
 # --- dashboard ---------------------------------------------------------------------------
 
+BACKEND_CHOICE = "Backend choice: the router's decisions per instance"
 PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
     # (title, unit, [(PromQL, legend)])
     ("External (LMCache) hit ratio per host and model", "percentunit",
@@ -560,6 +611,25 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
      [(f'sum(ceph_pool_recovering_bytes_per_sec{{job="{CEPH}"}})', "recovering")]),
     ("Scrape targets up per job", "short",
      [('sum by (job) (up{job=~"deploykit-.*"})', "{{job}}")]),
+    # the routers (vllm-router 0.1.17's names, each seen in a scrape of the real router; its
+    # requests_total counts answered requests only, the failed ones are request_errors_total)
+    ("Router targets up", "short",
+     [(f'up{{job="{ROUTER}"}}', "{{host}}")]),
+    ("Router requests answered per second per router", "reqps",
+     [(f'sum by (host) (rate(vllm_router_requests_total{{job="{ROUTER}"}}[5m]))', "{{host}}")]),
+    (BACKEND_CHOICE, "reqps",
+     [(f'sum by (host, worker) (rate(vllm_router_policy_decisions_total{{job="{ROUTER}"}}[5m]))',
+       "{{host}} to {{worker}}")]),
+    ("Healthy instances per router (of those it routes to)", "short",
+     [(f'sum by (host) (vllm_router_worker_health{{job="{ROUTER}"}})', "{{host}} healthy"),
+      (f'max by (host) (vllm_router_active_workers{{job="{ROUTER}"}})', "{{host}} configured")]),
+    ("Router errors, retries and exhausted retries per second", "reqps",
+     [(f'sum by (host, error_type) (rate(vllm_router_request_errors_total{{job="{ROUTER}"}}'
+       '[5m]))', "{{host}} {{error_type}}"),
+      (f'sum by (host) (rate(vllm_router_retries_total{{job="{ROUTER}"}}[5m]))',
+       "{{host}} retries"),
+      (f'sum by (host) (rate(vllm_router_retries_exhausted_total{{job="{ROUTER}"}}[5m]))',
+       "{{host}} retries exhausted")]),
 ]
 
 # a panel that reads a job only some sites scrape is left out where that job has no target
@@ -571,7 +641,15 @@ PANEL_JOBS = {
     "Ceph OSD commit and apply latency (worst OSD, average)": CEPH,
     "Ceph recovery: PGs degraded, undersized, recovering, backfilling; slow ops": CEPH,
     "Ceph recovery throughput": CEPH,
+    **{title: ROUTER for title, _, queries in PANELS
+       if any(f'job="{ROUTER}"' in q for q, _ in queries)},
 }
+# stacked: the series add up to a whole (every choice a router made)
+STACKED = {BACKEND_CHOICE}
+# read vllm_router_policy_decisions_total: left out where the routers count none
+DECISION_PANELS = {BACKEND_CHOICE}
+# the first panel of a section starts a row of its own
+NEW_ROW = {"Router targets up"}
 
 
 def dashboard(site: Site) -> dict[str, Any]:
@@ -580,16 +658,24 @@ def dashboard(site: Site) -> dict[str, Any]:
     source = {"type": "prometheus", "uid": "${datasource}"}
     panels = []
     scraped = scrape_targets(site).groups
-    shown = [p for p in PANELS if p[0] not in PANEL_JOBS or scraped.get(PANEL_JOBS[p[0]])]
+    shown = [p for p in PANELS if (p[0] not in PANEL_JOBS or scraped.get(PANEL_JOBS[p[0]]))
+             and (p[0] not in DECISION_PANELS or counts_decisions(site))]
+    slot = 0  # the panel's place in the grid, two to a row
     for index, (title, unit, queries) in enumerate(shown):
+        if title in NEW_ROW and slot % 2:
+            slot += 1
+        defaults: dict[str, Any] = {"unit": unit}
+        if title in STACKED:
+            defaults["custom"] = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60}
         panels.append({
             "id": index + 1, "type": "timeseries", "title": title, "datasource": source,
-            "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "gridPos": {"h": 8, "w": 12, "x": 12 * (slot % 2), "y": 8 * (slot // 2)},
+            "fieldConfig": {"defaults": defaults, "overrides": []},
             "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
             "targets": [{"refId": chr(ord("A") + i), "datasource": source, "expr": expr,
                          "legendFormat": legend} for i, (expr, legend) in enumerate(queries)],
         })
+        slot += 1
     return {
         "uid": "deploykit-kv-tier",
         "title": f"deploykit KV-cache tier ({site.settings.deploykit_s3_fqdn})",

@@ -53,6 +53,9 @@ class Timing:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    # X-Deploykit-Instance of the answer: which instance's serving front answered (a request
+    # through a router learns it only so); None where the answer carried none
+    instance: str | None = None
 
 
 def timing(events: list[tuple[float, dict[str, Any]]], total_s: float | None = None) -> Timing:
@@ -88,6 +91,9 @@ def sse_data(line: bytes) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
+INSTANCE_HEADER = "X-Deploykit-Instance"
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if api_key:
@@ -96,21 +102,25 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def stream_completion(address: str, port: int, model: str, ids: list[int], max_tokens: int,
-                      api_key: str | None = None, timeout: float = 900.0) -> Timing:
+                      api_key: str | None = None, timeout: float = 900.0,
+                      host_header: str | None = None) -> Timing:
     """POST /v1/completions with `stream` and usage; greedy, `ignore_eos` so TPOT spans
-    max_tokens tokens."""
+    max_tokens tokens. `host_header`: the name the request is for (the routers' name, sent
+    to one router's address)."""
     body = json.dumps({"model": model, "prompt": ids, "max_tokens": max_tokens,
                        "temperature": 0, "ignore_eos": True, "stream": True,
                        "stream_options": {"include_usage": True}}).encode()
     events: list[tuple[float, dict[str, Any]]] = []
+    headers = _headers(api_key) | ({"Host": host_header} if host_header else {})
     conn = http.client.HTTPConnection(address, port, timeout=timeout)
     try:
         start = time.perf_counter()
-        conn.request("POST", "/v1/completions", body=body, headers=_headers(api_key))
+        conn.request("POST", "/v1/completions", body=body, headers=headers)
         response = conn.getresponse()
+        instance = response.getheader(INSTANCE_HEADER)
         if response.status != 200:
             text = response.read(400).decode(errors="replace")
-            return Timing(error=f"HTTP {response.status}: {text}")
+            return Timing(error=f"HTTP {response.status}: {text}", instance=instance)
         while True:
             line = response.readline()
             if not line:
@@ -118,7 +128,9 @@ def stream_completion(address: str, port: int, model: str, ids: list[int], max_t
             data = sse_data(line)
             if data is not None:
                 events.append((time.perf_counter() - start, data))
-        return timing(events, time.perf_counter() - start)
+        found = timing(events, time.perf_counter() - start)
+        found.instance = instance
+        return found
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return Timing(error=f"{type(exc).__name__}: {exc}")
     finally:

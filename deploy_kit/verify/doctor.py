@@ -66,6 +66,12 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
      "Ceph itself is slow or recovering (slow ops, a slow OSD, degraded or inactive PGs): "
      "RGW requests wait on it; check the pools and the gateways, then `ceph health detail`",
      ("ceph-pools", "ceph-rgw-daemons", "s3-roundtrip")),
+    (r"router|routing|not sticky|lands? (on|at) (a |an )?(different|other|another) "
+     r"instance|llm\.",
+     "the routers: the name answers a router that cannot serve, a router's front passes its "
+     "admin paths or unkeyed requests, or a router sends a repeated prompt to another "
+     "instance than the one that holds it",
+     ("router-dns", "router-health", "routing-sticky", "vllm-service")),
     (r"s3_region|region",
      "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
      ("lmcache-s3-settings",)),

@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from deploy_kit.config import names as site_names
 from deploy_kit.config.fit import l1_gb
-from deploy_kit.config.instances import endpoints, instance_count
+from deploy_kit.config.instances import endpoints, host_of, instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.s3_identities import identities, layout_prefix
 from deploy_kit.config.site import Host, Site
@@ -18,13 +19,16 @@ from deploy_kit.core import compat
 from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import tls
+from deploy_kit.render.serving_front import instance_tag
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.hosts import run_many
+from deploy_kit.transport.openai import model_name, token_range
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import (
     ConsulView,
     IsolationProbe,
     Observation,
+    RoutingProbe,
     S3Probe,
     ServingPlan,
     StorageMeasurement,
@@ -37,6 +41,7 @@ from deploy_kit.verify.probes import (
     http_probe,
     privilege_probe,
     remote_probe,
+    router_probe,
     s3_probe,
     serving_probe,
     side_door_probe,
@@ -114,7 +119,10 @@ def planned(site: Site) -> Observation:
         expected_lifecycle=lifecycle_rules(s),
         pinned={"lmcache": s.lmcache_version, "vllm": s.vllm_version,
                 **({"tls": "1"} if s.deploykit_s3_tls else {})},
-        planned_identity=identity, consul=planned_consul(site))
+        planned_identity=identity, consul=planned_consul(site),
+        router_fqdn=site_names.router_fqdn(s) if site.group("router") else "",
+        routers_planned={h.name: h.address for h in site.group("router")},
+        instance_tags={instance_tag(e.name): e.name for h in vllm for e in endpoints(h)})
 
 
 def planned_consul(site: Site) -> ConsulView | None:
@@ -135,7 +143,7 @@ def object_size(site: Site) -> int:
 
 # check tag -> the group whose hosts its observations come from (ceph: the first admin)
 AREAS = (("ceph", "ceph_admin"), ("consul", "consul_servers"), ("dns", "dns"), ("s3", "rgw"),
-         ("tls", "rgw"), ("vllm", "vllm"), ("lmcache", "vllm"))
+         ("tls", "rgw"), ("vllm", "vllm"), ("lmcache", "vllm"), ("router", "router"))
 
 
 def outside_limit(site: Site, reach: set[str] | None, consul: bool) -> dict[str, str]:
@@ -172,6 +180,13 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
         dns_jobs = [pool.submit(dns_probe.ask, server, name, transport, s.coredns_port)
                     for server in sorted(h.address for h in within(site.group("dns")))
                     for name in names for transport in ("udp", "tcp")]
+        # the routers' name, from the same servers (the routers answer together under it)
+        router_dns_jobs = [pool.submit(dns_probe.ask, server, obs.router_fqdn, transport,
+                                       s.coredns_port)
+                           for server in sorted(h.address for h in within(site.group("dns")))
+                           for transport in ("udp", "tcp")] if obs.router_fqdn else []
+        routers = within(site.group("router"))
+        front_jobs = [pool.submit(router_probe.front, h) for h in routers]
         conc_jobs = [pool.submit(http_probe.concentrator, a, s.deploykit_s3_port,
                                  s.ceph_rgw_concentrator_monitor_port, s.deploykit_s3_tls)
                      for a in rgw_reached]
@@ -195,6 +210,8 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
         obs.serving_groups = site_plan.serving_groups if site_plan else []
         cache_job = pool.submit(cache_probe.probe, serving)
         obs.dns = [j.result() for j in dns_jobs]
+        obs.router_dns = [j.result() for j in router_dns_jobs]
+        obs.router_fronts = [j.result() for j in front_jobs]
         obs.concentrators = [j.result() for j in conc_jobs]
         obs.tls = [j.result() for j in tls_jobs]
         shell = shell_job.result()
@@ -212,6 +229,8 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
             {name: str(model) for name, model in answering.items()},
             f"{int(time.time())}-{os.urandom(3).hex()}")
         obs.side_doors = [j.result() for j in door_jobs]
+        # last: its completions must not move the cache and cross-host probes' counters
+        obs.routing = routing_probes(site, obs, routers, reach)
         if obs.consul is not None:
             obs.consul = consul_probe.from_output(
                 obs.consul, [(h.name, r) for h, r in
@@ -223,6 +242,32 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
             obs.lifecycle = ceph_probe.lifecycle(shell[len(serving)])
         obs.s3 = _s3(site, obs, pool, s3_object_bytes or object_size(site), rgw_reached)
     return obs
+
+
+def routing_probes(site: Site, obs: Observation, routers: list[Host], reach: set[str] | None
+             ) -> list[RoutingProbe]:
+    """Each router within reach, one after another (their prompts' counter deltas stay
+    apart): a fresh prompt twice and another once (probes/router_probe.py)."""
+    serving = site.group("vllm")
+    if not routers or not serving:
+        return []
+    tags = router_probe.instance_endpoints(serving)
+    outside = {t for t, e in tags.items()
+               if reach is not None and host_of(e.name) not in reach}
+    model = model_name(serving[0])
+    ids = token_range(serving[0].config.vllm_accelerator)
+    healthy = {f.host for f in obs.router_fronts if f.health == 200}
+    run_id = f"{int(time.time())}-{os.urandom(3).hex()}"
+    found = []
+    for router in routers:
+        try:
+            found.append(router_probe.routing(router, model, ids, run_id, tags, outside,
+                                              router.name in healthy))
+        except Exception as exc:  # an unreachable router is a finding, not a crash
+            found.append(RoutingProbe(router.name, router.address, obs.router_fqdn,
+                                      router.config.router_routing_logic,
+                                      error=f"{type(exc).__name__}: {exc}"))
+    return found
 
 
 def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,

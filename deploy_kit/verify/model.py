@@ -314,6 +314,52 @@ class SideDoorProbe:
     closed: set[str] = field(default_factory=set)  # paths whose connection was refused
 
 
+# vllm-router's own read-only routes: the router front must refuse them (404) even with the
+# key, so they never reach the router (which would list, and on POST change, its backends)
+ROUTER_ADMIN = ("/workers", "/add_worker")
+
+
+@dataclass
+class RouterFront:
+    """One router host's front (router_port) from outside: /health without a key, the
+    router's admin paths with the key, and a completion without a key (None: no HTTP
+    answer; `errors` says why). vllm-router adds x-request-id to everything it answers, so
+    an answer without one never reached it."""
+
+    host: str
+    address: str
+    port: int
+    keyed: bool  # the routers' front checks the API key (vllm_uses_api_key)
+    health: int | None = None
+    admin: dict[str, int | None] = field(default_factory=dict)  # ROUTER_ADMIN path -> status
+    unkeyed: int | None = None  # POST /v1/completions without Authorization
+    unkeyed_reached_router: bool = False  # that answer carried the router's x-request-id
+    errors: dict[str, str] = field(default_factory=dict)  # path -> why no status
+
+
+@dataclass
+class RoutingProbe:
+    """One router, by its address with the routers' name as Host, sent a fresh prompt twice
+    and another fresh prompt once: the X-Deploykit-Instance tag each answer carried (the
+    serving front of the instance that answered writes it). Each router keeps its own
+    prefix tree, so each is asked, not only the name."""
+
+    router: str  # the router host
+    address: str
+    name: str  # router_fqdn, sent as Host
+    logic: str  # router_routing_logic on that router
+    serving: bool = True  # its front answered /health 200
+    prompt_tokens: int = 0
+    first: str | None = None  # instance tags; None: the answer carried none
+    second: str | None = None
+    other: str | None = None  # the different prompt's (informational)
+    error: str | None = None
+    # vllm:prefix_cache_hits_total on the first answer's instance, read through its serving
+    # front just before and after the repeat (None: not read; `hits_note` says why)
+    hits_delta: int | None = None
+    hits_note: str = ""
+
+
 @dataclass(frozen=True)
 class StorageMeasurement:
     """The GET throughput `deploykit bench storage` measured through the S3 name with
@@ -366,6 +412,14 @@ class Observation:
     # `plan`'s break-even per serving group, and the last bench storage measurement
     serving_groups: list[Any] = field(default_factory=list)  # plan.breakeven groups
     storage: StorageMeasurement | None = None
+    # the router group: its name, its hosts (name -> address), what DNS answers for the name,
+    # each front and each router's routing; tag -> instance name for every instance
+    router_fqdn: str = ""
+    routers_planned: dict[str, str] = field(default_factory=dict)
+    router_dns: list[DnsAnswer] = field(default_factory=list)
+    router_fronts: list[RouterFront] = field(default_factory=list)
+    routing: list[RoutingProbe] = field(default_factory=list)
+    instance_tags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

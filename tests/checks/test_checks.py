@@ -33,6 +33,7 @@ from deploy_kit.verify.model import (
 )
 from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, instance_pair, remote_ring
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
+from tests.checks.router_fixtures import ROUTER_CASES, add_routers
 
 RGW = ["10.9.0.11", "10.9.0.12"]
 KV = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
@@ -135,6 +136,7 @@ def healthy() -> Observation:
     obs.tls = [TlsEndpoint(a, 443, "lmcache.s3.t.test", dns_sans=["s3.t.test", "*.s3.t.test"],
                            ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
                            issuer="CN=deploykit CA t") for a in RGW]
+    add_routers(obs)
     return obs
 
 
@@ -344,6 +346,7 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
      "disable_tls: true against the TLS concentrators"),
     *CONSUL_CASES,
     *CACHE_CASES,
+    *ROUTER_CASES,
 ]
 
 WARNINGS = [

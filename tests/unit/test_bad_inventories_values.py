@@ -324,6 +324,13 @@ STRING_CASES = [
         "all", monitoring_scrape_interval="10m")), ALLF, "monitoring_scrape_interval"),
     Case("hit-ratio-for-past-retention", both(monitored, gv(
         "all", monitoring_hit_ratio_for="9999h")), ALLF, "monitoring_hit_ratio_for"),
+    Case("router-skew-for-past-retention", both(monitored, gv(
+        "all", monitoring_router_skew_for="400h")), ALLF, "monitoring_router_skew_for"),
+    Case("router-skew-for-zero", both(monitored, gv(
+        "all", monitoring_router_skew_for="0m")), ALLF, "monitoring_router_skew_for"),
+    # at 0.5 an even split between two instances would be "skewed"
+    Case("router-skew-ratio-even-split", both(monitored, gv(
+        "all", monitoring_router_skew_ratio=0.5)), ALLF, "monitoring_router_skew_ratio"),
     Case("rgw-latency-past-haproxy-timeout", both(monitored, gv(
         "all", monitoring_rgw_latency_seconds=600)), ALLF, "monitoring_rgw_latency_seconds"),
     Case("hit-ratio-target-percent", both(monitored, gv(

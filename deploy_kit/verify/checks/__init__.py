@@ -8,6 +8,7 @@ from deploy_kit.verify.checks import (  # noqa: F401
     degraded,
     dns,
     remote_tier,
+    router,
     s3,
     s3_privilege,
     serving,
