@@ -7,7 +7,8 @@ twice through the name lands on one instance (the router's prefix tree; the serv
 names the instance in X-Deploykit-Instance); the front refuses a request without the key
 and the router's admin paths; and with one router stopped the name answers with the other
 only, within Consul's check interval plus the DNS TTL, and serves through it. The router is
-started again (and the name answers both) before the test ends. Figures print with -s.
+started again (and the name answers both) before the test ends. verify's router checks pass
+and `bench ttft --via-router` runs. Figures print with -s.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import dns.exception
 import dns.message
@@ -187,3 +189,34 @@ def test_an_instance_takes_v1_from_the_routers_and_direct_sources_only(
                                  headers={"Authorization": f"Bearer {api_key(SERVING['lab3'])}"})
     with urllib.request.urlopen(req, timeout=30) as response:
         assert response.status == 200
+
+
+def test_verify_proves_the_routers(converged: Lab) -> None:
+    """verify's router checks from the controller: the name, each front, stickiness."""
+    checks = ("router-dns", "router-health", "routing-sticky")
+    result = converged.deploykit("verify", "--inventory", "lab", "--json",
+                                 *(arg for c in checks for arg in ("--check", c)), check=False)
+    findings = json.loads(result.stdout)["findings"]
+    assert {f["check"] for f in findings} == set(checks), findings
+    assert all(f["status"] == "pass" for f in findings), findings
+    assert result.returncode == 0, findings
+
+
+def test_bench_ttft_via_router_repeats_on_the_cold_requests_instance(
+        converged: Lab, tmp_path: Path) -> None:
+    """One 4K repeat through a router against the same hit sent directly: the repeat goes
+    back to the instance the cold request took, and the router's own cost is reported (its
+    1.5 target is `make bench`'s to judge: timings are not asserted in tests)."""
+    from deploy_kit.bench import ttft_report
+
+    result = converged.deploykit("bench", "ttft", "--inventory", "lab", "--via-router",
+                                 "--lengths", "4096", "--repeats", "1", "--out", str(tmp_path))
+    doc = json.loads((tmp_path / "ttft.json").read_text())
+    print(result.stdout + result.stderr)  # the table, for the record (pytest -s)
+    assert doc["schema"] == ttft_report.ROUTER_SCHEMA
+    assert ttft_report.problems(doc) == [], ttft_report.problems(doc)
+    assert doc["notes"] == [], doc["notes"]  # the controller reached the instances directly
+    [routing] = doc["routing"]
+    assert routing["n"] == 1 and routing["same_instance"] == 1, routing
+    assert routing["router_vs_direct_repeat"] is not None, routing
+    print(f"router repeat / direct repeat at 4K: {routing['router_vs_direct_repeat']:.2f}")
