@@ -96,8 +96,8 @@ def _consul_agent(host: Host) -> bool:
 def needs(host: Host, name: str) -> bool:
     """Whether `host`'s effective settings use secret `name`."""
     c = host.config
-    if name == "vllm_api_key":
-        return "vllm" in host.groups and c.vllm_api_key_required
+    if name == "vllm_api_key":  # a router's front checks it and the router sends it
+        return bool(host.groups & {"vllm", "router"}) and c.vllm_api_key_required
     if name in CONSUL_TOKENS:
         return _consul_agent(host) and c.consul_acl_enabled
     if name == "consul_gossip_key":
@@ -118,8 +118,9 @@ def used(site: Site) -> list[str]:
 
 
 def _relevant(host: Host, name: str) -> bool:
-    # a vllm_api_key given to a serving host is used even with vllm_api_key_required: false
-    return name == "vllm_api_key" and "vllm" in host.groups
+    # a vllm_api_key given to a serving or router host is used even with
+    # vllm_api_key_required: false
+    return name == "vllm_api_key" and bool(host.groups & {"vllm", "router"})
 
 
 def gaps(site: Site) -> list[str]:

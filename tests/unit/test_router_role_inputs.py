@@ -139,3 +139,17 @@ def test_the_site_routes_after_serving_and_rolls_one_router_at_a_time() -> None:
     rotate = [play["ansible.builtin.import_playbook"] for play in
               yaml.safe_load((REPO / "playbooks" / "rotate_vllm_key.yml").read_text())]
     assert rotate.index("router.yml") < rotate.index("serving.yml")
+
+
+def test_a_router_host_is_given_the_sites_api_key(make_inventory: InventoryFactory) -> None:
+    """The front checks the key and the router sends it: deploykit's own clients of a router
+    (verify, bench --via-router) read it from the router host, as Ansible does."""
+    from deploy_kit.config import site_secrets
+    from deploy_kit.transport.openai import api_key
+
+    site = open_site(str(make_inventory(_routed())))
+    assert site_secrets.needs(site.hosts["r1"], "vllm_api_key")
+    assert "r1" in site_secrets.hosts_lacking(site, "vllm_api_key")
+    filled = site_secrets.fill(site, {"vllm_api_key": "k" * 32})
+    assert api_key(filled.hosts["r1"]) == api_key(filled.hosts["cpu1"]) == "k" * 32
+    assert not site_secrets.needs(site.hosts["rgw1"], "vllm_api_key")
