@@ -75,6 +75,10 @@ def test_both_fronts_parse_and_the_serving_front_serves_v1_to_routers_only(tmp_p
     assert "acl direct src 127.0.0.1 ::1 10.67.68.51 10.67.68.52 10.67.68.41" in serving
     assert "tcp-request connection reject unless { src 10.67.68.51 10.67.68.52 }" in serving
     assert f"X-Deploykit-Instance {instance_tag('gpu-h100-1/3')}" in serving
+    # the render endpoints answer 404, so the router tokenizes a text prompt through
+    # /tokenize (vLLM 0.32's own answer, 403, stops it)
+    assert "acl render path_reg ^/v1/(chat/)?completions/render$" in serving
+    assert "http-request deny deny_status 404 if render" in serving
     front = tree["router1"]["/etc/haproxy/vllm-router-front.cfg"].content
     assert "http-request deny deny_status 401 if api !key" in front
     for name, text in (("serving", serving), ("router", front)):
