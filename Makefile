@@ -43,7 +43,7 @@ test: install lab-prefetch-background lint wheel-venv
 ## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
 test-lab: install
 	rm -f runs/lab-prefetch.*
-	$(BIN)/pytest --durations=0 tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
+	$(BIN)/pytest --durations=0 tests/router tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
 	  tests/lab/ansible tests/lab/failover tests/lab/monitoring
 
 ## Not part of `make test`: the rendered example, goldens and one variant per compat.yaml row
