@@ -198,6 +198,40 @@ DEFAULT_POOLS = (
 )
 
 
+# a team's name: it is part of an RGW uid, a bucket name and a cache_salt
+_TEAM_NAME = r"^[a-z][a-z0-9-]{0,18}[a-z0-9]$"
+# what vLLM sends LMCache as cache_salt and LMCache puts in each key and HKDF info: no `@`
+# (ObjectKey refuses it), no `/` (the quota API takes it as a path segment), nothing a shell,
+# a URL or a bucket policy reads specially
+_SALT = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+class Team(BaseModel):
+    """One team on the shared tier (docs/teams.md): its own RGW identity and bucket, a quota,
+    and the cache_salt its clients send."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str = Field(pattern=_TEAM_NAME)
+    # the vllm_model values this team serves: their hosts are the team's (unless a host
+    # names another team in lmcache_team)
+    models: list[str] = Field(min_length=1, max_length=64)
+    # what the team's clients send as `cache_salt` (vLLM's per-request field); unset: the
+    # team's name. Server topology: it keys the team's chunks, its LMCache quota and its
+    # encryption key
+    cache_salt: str | None = Field(default=None, pattern=_SALT)
+    # the team's bucket quota in bytes; unset: the bytes `plan` computes for its models'
+    # deploykit_cache_target_tokens; 0: none
+    quota_bytes: int | None = Field(default=None, ge=0, le=2**62)
+    # the team's bucket; unset: <deploykit_s3_bucket>-<name>
+    bucket: str | None = Field(default=None, min_length=3, max_length=63,
+                               pattern=r"^[a-z0-9][a-z0-9-]+[a-z0-9]$")
+
+    @property
+    def salt(self) -> str:
+        return self.cache_salt or self.name
+
+
 class HostConfig(BaseModel):
     """The effective variables of one host after group/host precedence."""
 
@@ -307,6 +341,17 @@ class HostConfig(BaseModel):
     # adopt (mark, manage and, with down --yes-i-really-mean-it, delete) an RGW user or
     # bucket of the configured names that deploykit did not create; off: refused
     ceph_rgw_s3_adopt_existing: bool = False
+    # teams sharing the tier (docs/teams.md): each gets its own RGW identity, bucket and
+    # quota, and clients send its cache_salt. [] (default): one trust domain, the site bucket
+    teams: list[Team] = Field(default_factory=list, max_length=256)
+    # the team whose identity and bucket this serving host's LMCache uses; unset: the one
+    # team that lists the host's vllm_model (none lists it: no team)
+    lmcache_team: str | None = Field(default=None, pattern=_TEAM_NAME)
+    # the bucket this serving host's LMCache shares (its sharing group: every host of a
+    # bucket must agree on the key format); unset: its team's bucket, else deploykit_s3_bucket.
+    # E.g. Gaudi3 hosts (in-process) beside CUDA/ROCm hosts (server topology)
+    lmcache_s3_bucket: str | None = Field(default=None, min_length=3, max_length=63,
+                                          pattern=r"^[a-z0-9][a-z0-9-]+[a-z0-9]$")
     # deploykit's own per-host HAProxy by default: no upstream Ceph release up to 20.2.4 has
     # the cephadm RGW spec `concentrator` fields (downstream IBM Storage Ceph 8.1 does), so
     # `cephadm` is an explicit opt-in for such builds (deploy_kit/data/compat.yaml).
@@ -480,6 +525,13 @@ class HostConfig(BaseModel):
     lmcache_server_l1_size_gb: float | None = Field(default=None, gt=0, le=65536)
     # the LMCache server's L1 (DRAM) eviction policy (--eviction-policy)
     lmcache_server_eviction_policy: Literal["LRU"] = "LRU"
+    # server topology: the LMCache server encrypts every chunk it writes to the S3 bucket
+    # (AES-GCM, a key per cache_salt derived by HKDF from a master key `up` generates into
+    # the site's secrets and ships 0600; docs/teams.md). L1 (DRAM) stays plaintext. One
+    # value for every host of a bucket
+    lmcache_l2_encryption: bool = False
+    # the AES key size of lmcache_l2_encryption
+    lmcache_l2_encryption_aes_bits: Literal[128, 256] = 256
     # the LMCache server's worker threads (--max-workers)
     lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
     # vLLM's wait for the server, s
@@ -978,6 +1030,24 @@ class HostConfig(BaseModel):
         return value
 
     @property
+    def team(self) -> Team | None:
+        """The team whose identity and bucket this host's LMCache uses: lmcache_team, else
+        the one team listing vllm_model; None when none does (or lmcache_team names no team:
+        rules_teams refuses that)."""
+        if self.lmcache_team is not None:
+            return next((t for t in self.teams if t.name == self.lmcache_team), None)
+        listing = [t for t in self.teams if self.vllm_model in t.models]
+        return listing[0] if len(listing) == 1 else None
+
+    @property
+    def cache_bucket(self) -> str:
+        """The bucket this host's LMCache reads and writes: its sharing group."""
+        team = self.team
+        if team is not None:
+            return team_bucket(team, self.deploykit_s3_bucket)
+        return self.lmcache_s3_bucket or self.deploykit_s3_bucket
+
+    @property
     def lmcache_server(self) -> bool:
         """LMCache runs as its own `lmcache server` unit beside vLLM (lmcache_topology:
         server), not inside it. The one place the topology string is compared: config-level
@@ -1017,3 +1087,8 @@ class HostConfig(BaseModel):
 
 def known_keys() -> set[str]:
     return set(HostConfig.model_fields)
+
+
+def team_bucket(team: Team, site_bucket: str) -> str:
+    """A team's bucket: its own setting, else <site bucket>-<team>."""
+    return team.bucket or f"{site_bucket}-{team.name}"

@@ -46,6 +46,7 @@ SITE_KEYS: tuple[str, ...] = (
     "deploykit_s3_fqdn", "deploykit_s3_bucket", "deploykit_s3_port", "deploykit_s3_region",
     "deploykit_s3_tls", "ceph_rgw_s3_user", "ceph_rgw_s3_display_name",
     "ceph_rgw_s3_lifecycle_days", "ceph_rgw_s3_quota_bytes", "ceph_rgw_s3_adopt_existing",
+    "teams",
     # the Ceph cluster and its RGW service
     "deploykit_ceph_version", "deploykit_ceph_osd_count", "ceph_rgw_mode",
     "ceph_rgw_concentrator", "ceph_rgw_service_id", "ceph_rgw_realm", "ceph_rgw_zonegroup",
