@@ -44,7 +44,7 @@ test: install lab-prefetch-background lint wheel-venv
 test-lab: install
 	rm -f runs/lab-prefetch.*
 	$(BIN)/pytest --durations=0 tests/router tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
-	  tests/lab/ansible tests/lab/failover tests/lab/monitoring
+	  tests/lab/ansible tests/lab/failover tests/lab/monitoring tests/lab/teams
 
 ## Not part of `make test`: the rendered example, goldens and one variant per compat.yaml row
 ## against that row's pinned upstream code (vLLM's parser, vLLM's rope override replayed with

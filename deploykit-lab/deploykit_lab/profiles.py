@@ -16,6 +16,8 @@ Every profile has a vault, as a site run from CI has: its password file (VAULT_P
 outside the inventory; `deploykit lab status --json` names it as `vault_password_file`)
 encrypts the generated secrets into inventory/lab/.deploykit-secrets.vault.yml, which a
 clone of the inventory carries.
+- teams: serving, with two teams on the one model (lab3 is team alpha's, lab4 team
+  beta's: each its own RGW identity, bucket and cache_salt) and lmcache_l2_encryption on.
 - monitoring: serving, plus a `monitoring` group on lab1 (Prometheus, the blackbox
   exporter, a node exporter on each serving host) scraping every job every 5 s; Consul ACLs
   opted out so that Prometheus may read Consul's metrics.
@@ -45,6 +47,9 @@ class Profile:
     # vLLM instances on the first serving host (lab3), sharing its LMCache server; the
     # other serving host runs one
     instances: int = 1
+    # two teams on one model: lab3 team alpha, lab4 team beta, each with its own RGW
+    # identity and bucket; KV encrypted at rest (docs/teams.md)
+    teams: bool = False
 
 
 PROFILES = {p.name: p for p in (
@@ -54,7 +59,17 @@ PROFILES = {p.name: p for p in (
     Profile("secured", True, True, "serving + TLS (443) + Consul ACLs + gossip encryption"),
     Profile("monitoring", True, False, "serving + Prometheus on lab1 scraping every job",
             monitoring=True),
+    Profile("teams", True, False, "serving with two teams (lab3: alpha, lab4: beta) on one "
+            "model, KV encrypted at rest", instances=2, teams=True),
 )}
+# the teams profile's teams: one model, so each host names its team (lmcache_team)
+TEAMS = ("alpha", "beta")
+
+
+def teams_vars(model: str) -> dict[str, Any]:
+    """The teams profile's group_vars/all/teams.yml: both teams serve the lab's model."""
+    return {"lmcache_l2_encryption": True,
+            "teams": [{"name": name, "models": [model]} for name in TEAMS]}
 DEFAULT = "serving"
 
 VAULT_PASSWORD = LAB_DIR / "vault-password"
