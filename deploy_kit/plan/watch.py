@@ -50,8 +50,8 @@ def role_paths(host: Host) -> dict[str, Any]:
             for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
         "_lmcache_ca_trust": names.CA_TRUST,
         "_lmcache_credentials_path": names.credentials_path(c),
-        "_lmcache_l2_master_key_path": (names.lmcache_l2_master_key_path(c)
-                                        if c.lmcache_l2_encryption else None),
+        # written with lmcache_l2_encryption, removed without it
+        "_lmcache_l2_master_key_path": names.lmcache_l2_master_key_path(c),
         "_serving_env_lock_marker_path": names.serving_env_lock_marker_path(c),
         "_serving_env_wheelhouse_marker_path": names.serving_env_wheelhouse_marker_path(c),
         "_vllm_model_staged_marker_path": (names.model_staged_marker_path(c)
