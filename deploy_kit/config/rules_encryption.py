@@ -27,15 +27,15 @@ def l2_encryption_where_supported(site: Site) -> Iterator[Problem]:
             continue
         if not c.lmcache_server:
             yield Problem(_src(site, host, KEY), KEY,
-                          f"true on an in-process LMCache host ({host.name}): in-process "
-                          "LMCache has no encrypting L2 adapter and would store plaintext",
+                          "true on an in-process LMCache host: in-process LMCache has no "
+                          "encrypting L2 adapter and would store plaintext",
                           "set lmcache_topology: server (CUDA, ROCm, CPU hosts), or "
                           "lmcache_l2_encryption: false for this host and a bucket of its "
                           "own (lmcache_s3_bucket)", hosts=(host.name,))
         elif c.lmcache_mode != "s3":
             yield Problem(_src(site, host, KEY), KEY,
-                          f"true with lmcache_mode {c.lmcache_mode} on {host.name}: only "
-                          "the S3 adapter encrypts (the server's nixl, dram and disk tiers "
+                          f"true with lmcache_mode {c.lmcache_mode}: only the S3 adapter "
+                          "encrypts (the server's nixl, dram and disk tiers "
                           "store no chunk off the host through it)",
                           "use lmcache_mode: s3, or lmcache_l2_encryption: false",
                           hosts=(host.name,))
