@@ -20,10 +20,11 @@ description: >-
   values gives each secret the run would install (name: value, and name_next for a
   rotation under way: either is accepted). The module reads the Consul secrets file
   (acl.tokens.*, encrypt), the vLLM key env file (VLLM_API_KEY), vLLM's key list
-  (api-key) and the LMCache L2 master key file, and, given consul_url, asks Consul whether it accepts the management token
-  (GET /v1/acl/token/self) and, if it does, each other token and which gossip keys its
-  keyring holds. A file that is missing is a host never converged: nothing to compare.
-  Returns names only, never a value; reads only (never changed, check mode too).
+  (api-key) and the LMCache L2 master key file, and, given consul_url, asks Consul
+  whether it accepts the management token (GET /v1/acl/token/self) and, if it does, each
+  other token and which gossip keys its keyring holds. A file that is missing is a host
+  never converged: nothing to compare. Returns names only, never a value; reads only
+  (never changed, check mode too).
 options:
   values: {type: dict, required: true, no_log: true, description: "name: value ('' unset)"}
   consul_secrets: {type: str, default: "", description: the Consul secrets file ('' none)}
