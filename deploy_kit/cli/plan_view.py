@@ -68,7 +68,9 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
                       f"{m.pipeline_parallel}, KV {m.kv_dtype}) on {_hosts(m.hosts)}")
         console.print(f"  {m.bytes_per_token:,} B/token; a {m.chunk_tokens}-token chunk is "
                       f"{m.objects_per_chunk} object(s) of {human_bytes(m.object_bytes)} "
-                      f"({m.object_bytes:,} B), {human_bytes(m.chunk_bytes)} per chunk")
+                      f"({m.object_bytes:,} B"
+                      + (f", {m.l2_frame_bytes} B of it the AES-GCM frame" if m.l2_frame_bytes
+                         else "") + f"), {human_bytes(m.chunk_bytes)} per chunk")
         console.print(f"  S3 requests per chunk through the concentrators: "
                       f"{m.s3_put_requests_per_chunk} to store, {m.s3_get_requests_per_chunk} "
                       f"to read (awscrt splits objects above 8 MiB into multipart parts and "

@@ -14,7 +14,8 @@ LEGACY = {"vllm_api_key": What.vllm_api_key, "consul_gossip_key": What.gossip,
           "consul_acl_management_token": What.consul_tokens,
           "consul_acl_agent_token": What.consul_tokens,
           "consul_acl_service_token": What.consul_tokens,
-          "consul_acl_dns_token": What.consul_tokens}
+          "consul_acl_dns_token": What.consul_tokens,
+          "lmcache_l2_master_key": What.l2_key}
 
 
 def parse_what(name: str) -> What:

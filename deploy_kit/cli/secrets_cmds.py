@@ -232,7 +232,7 @@ def secrets_move(ctx: typer.Context, inventory: OptInventory = None, *,
 def secrets_rotate(
         ctx: typer.Context,
         what: Annotated[str, typer.Argument(
-            metavar="WHAT", help="s3 | vllm-api-key | consul-tokens | gossip")],
+            metavar="WHAT", help="s3 | vllm-api-key | consul-tokens | gossip | l2-key")],
         inventory: OptInventory = None, *, vault: VaultOptions, ansible: AnsibleOptions,
         connection: ConnectionOptions,
         yes: Annotated[bool, typer.Option(
@@ -253,7 +253,10 @@ def secrets_rotate(
     replaced). vllm-api-key: every instance accepts both keys; after the clients moved,
     `--finish` leaves only the new one. consul-tokens: new agent, service and DNS tokens
     with the same rights, set on every agent, then the old ones deleted. gossip: the new
-    key installed on every member and made primary, then the old one removed. Under the
+    key installed on every member and made primary, then the old one removed. l2-key: a
+    new KV encryption master key written to every encrypting serving host, each LMCache
+    server restarted onto it; no overlap is possible, so every chunk already in S3 becomes
+    unreadable (the cache goes cold; old objects age out by the lifecycle). Under the
     site lock, with a run record like `up`;
     asks first unless --yes or --check. A value from the vault or inventory is rotated
     there (the error says how). Never shows a value."""
@@ -276,6 +279,8 @@ def secrets_rotate(
     elif chosen is rotate.What.vllm_api_key:
         rotate.rotate_vllm_key(inventory, vault, ansible, connection, wait_lock, finish,
                                origins, ask)
+    elif chosen is rotate.What.l2_key:
+        rotate.rotate_l2_key(inventory, vault, ansible, connection, wait_lock, origins, ask)
     else:
         rotate.rotate_consul(inventory, vault, ansible, connection, wait_lock, chosen,
                              origins, ask, management=what == "consul_acl_management_token")

@@ -31,7 +31,9 @@ SECRET_KEYS = ("deploykit_s3_access_key", "deploykit_s3_secret_key",
                "vllm_api_key_next",
                # Consul ACL tokens and gossip key rule the cluster: vault only, like the S3 keys
                "consul_acl_management_token", "consul_acl_agent_token",
-               "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key")
+               "consul_acl_service_token", "consul_acl_dns_token", "consul_gossip_key",
+               # the L2 encryption master key: whoever holds it reads every team's chunks
+               "lmcache_l2_master_key")
 
 # --- value types pasted into config text (Corefile, zone, HAProxy) ---------------------------
 # A validator's ValueError reads "<problem>|<fix>"; site.py splits it into message and hint.
@@ -532,6 +534,11 @@ class HostConfig(BaseModel):
     lmcache_l2_encryption: bool = False
     # the AES key size of lmcache_l2_encryption
     lmcache_l2_encryption_aes_bits: Literal[128, 256] = 256
+    # the master key lmcache_l2_encryption derives each cache_salt's AES key from (HKDF):
+    # base64 of 32 random bytes, from the vault, else generated on the first `up` into the
+    # site's secrets; written 0600 to the serving hosts, never into argv or a rendered file.
+    # A new value makes every stored chunk unreadable (`deploykit secrets rotate l2-key`)
+    lmcache_l2_master_key: SecretStr | None = None
     # the LMCache server's worker threads (--max-workers)
     lmcache_server_max_workers: int = Field(default=2, ge=1, le=256)
     # vLLM's wait for the server, s

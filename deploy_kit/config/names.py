@@ -68,6 +68,12 @@ def lmcache_server_env_path(c: HostConfig) -> str:
     return f"{c.lmcache_config_dir}/lmcache-server.env"
 
 
+def lmcache_l2_master_key_path(c: HostConfig) -> str:
+    """lmcache_l2_master_key for the LMCache server's aesgcm serde (0600, vllm_user; written
+    by the role from a key only Ansible holds: the render names the path, never the key)."""
+    return f"{c.lmcache_config_dir}/lmcache-l2-master.key"
+
+
 VLLM_UNIT_PATH = vllm_unit_path()
 LMCACHE_SERVER_UNIT = "lmcache-server"
 LMCACHE_SERVER_UNIT_PATH = f"/etc/systemd/system/{LMCACHE_SERVER_UNIT}.service"

@@ -22,7 +22,13 @@ from deploy_kit.config.site import Host, Site
 CONSUL_TOKENS = ("consul_acl_management_token", "consul_acl_agent_token",
                  "consul_acl_service_token", "consul_acl_dns_token")
 # Consul wants UUIDs for ACL SecretIDs and 32 random bytes (base64) for the gossip key;
-# vLLM compares the bearer token as a string: 32 random bytes, URL-safe
+# vLLM compares the bearer token as a string: 32 random bytes, URL-safe. The L2 master key
+# is 32 random bytes too, kept as base64 text: the store is a YAML document of strings, and
+# the host's key file holds that same text (LMCache reads the file's bytes whole as HKDF
+# input, lmcache 0.5.6 v1/distributed/serde/aesgcm.py:162-165, so 44 ASCII characters carry
+# the 256 random bits; an Ansible `content:` cannot carry arbitrary raw bytes)
+L2_MASTER_KEY = "lmcache_l2_master_key"
+L2_MASTER_KEY_BYTES = 32
 
 
 def _api_key() -> str:
@@ -37,13 +43,14 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "vllm_api_key": _api_key,
     **{name: lambda: str(uuid.uuid4()) for name in CONSUL_TOKENS},
     "consul_gossip_key": lambda: base64.b64encode(secrets.token_bytes(32)).decode(),
+    L2_MASTER_KEY: lambda: base64.b64encode(secrets.token_bytes(L2_MASTER_KEY_BYTES)).decode(),
 }
 GENERATED = tuple(GENERATORS)
 # a rotation under way (`deploykit secrets rotate vllm-api-key`): the key clients move to,
 # accepted beside the current one until the rotation finishes; kept in the store with it
 NEXT = {name: f"{name}_next" for name in ("vllm_api_key", "consul_acl_agent_token",
                                           "consul_acl_service_token", "consul_acl_dns_token",
-                                          "consul_gossip_key")}
+                                          "consul_gossip_key", L2_MASTER_KEY)}
 # what a plain `up` cannot roll out after the first one: Consul keeps the bootstrap
 # management token and the gossip keyring it started with, and an agent/service/DNS token
 # `up` replaces stays valid in Consul until removed there (`secrets rotate` does both)
@@ -75,12 +82,13 @@ def value_problem(name: str, value: str) -> str | None:
         return "holds a control character or line break"
     if base in CONSUL_TOKENS:
         return None if _UUID.match(value) else "is not a UUID (a Consul ACL token)"
-    if base == "consul_gossip_key":
+    if base in ("consul_gossip_key", L2_MASTER_KEY):
         try:
             ok = len(base64.b64decode(value, validate=True)) == 32
         except ValueError:
             ok = False
-        return None if ok else "is not 32 bytes of base64 (a Consul gossip key)"
+        what = "a Consul gossip key" if base == "consul_gossip_key" else "an L2 master key"
+        return None if ok else f"is not 32 bytes of base64 ({what})"
     if not _API_KEY.match(value):
         return "is not 16 to 512 printable ASCII characters without spaces (an API key)"
     # vLLM takes both keys of a rotation as `--api-key K1 K2`: a leading "-" is an option
@@ -102,6 +110,8 @@ def needs(host: Host, name: str) -> bool:
         return _consul_agent(host) and c.consul_acl_enabled
     if name == "consul_gossip_key":
         return _consul_agent(host) and c.consul_gossip_encryption
+    if name == L2_MASTER_KEY:  # the LMCache server of an encrypting serving host reads it
+        return "vllm" in host.groups and c.lmcache_l2_encryption
     raise KeyError(name)
 
 

@@ -92,12 +92,19 @@ def bytes_per_token(geometry: ModelGeometry, dtype_bytes: int) -> int:
     return 2 * geometry.num_layers * geometry.num_kv_heads * geometry.head_dim * dtype_bytes
 
 
+# What LMCache's aesgcm serde adds to each stored object: a version byte, the 12-byte IV
+# and the 16-byte GCM tag (lmcache 0.5.6 v1/distributed/serde/aesgcm.py:31-36, 87-93)
+AESGCM_FRAME_BYTES = 1 + 12 + 16
+
+
 def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel: int,
-                 pipeline_parallel: int = 1, dtype_bytes: int = 2) -> ChunkLayout:
+                 pipeline_parallel: int = 1, dtype_bytes: int = 2,
+                 frame_bytes: int = 0) -> ChunkLayout:
     """One object per TP x PP rank; MLA models store a single object from rank 0.
 
     Each rank holds max(1, kv_heads // tp) heads (heads are replicated when TP > heads) and
-    num_layers // pp layers, matching LMCacheMetadata.get_shapes().
+    num_layers // pp layers, matching LMCacheMetadata.get_shapes(). `frame_bytes`: what an
+    encrypting serde adds to each object (AESGCM_FRAME_BYTES; 0: stored as is).
     """
     if tensor_parallel < 1 or pipeline_parallel < 1:
         raise ValueError("tensor and pipeline parallel sizes must be >= 1")
@@ -113,7 +120,8 @@ def chunk_layout(geometry: ModelGeometry, *, chunk_tokens: int, tensor_parallel:
         layers_per_stage = -(-geometry.num_layers // pipeline_parallel)
         per_object_token = 2 * layers_per_stage * heads_per_rank * geometry.head_dim * dtype_bytes
         objects = tensor_parallel * pipeline_parallel
-    return ChunkLayout(bytes_per_token=total, object_bytes=per_object_token * chunk_tokens,
+    return ChunkLayout(bytes_per_token=total,
+                       object_bytes=per_object_token * chunk_tokens + frame_bytes,
                        objects_per_chunk=objects, chunk_tokens=chunk_tokens)
 
 

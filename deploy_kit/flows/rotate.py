@@ -28,6 +28,7 @@ class What(StrEnum):
     vllm_api_key = "vllm-api-key"
     consul_tokens = "consul-tokens"
     gossip = "gossip"
+    l2_key = "l2-key"
 
 
 class RotationRefused(DeployKitError):
@@ -231,3 +232,55 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
                     f"{'key is removed from every member' if gossip else 'tokens are deleted'}; "
                     f"the new {'one is' if gossip else 'ones are'} in "
                     f"{secrets_store.store_path(site)}")
+
+
+# what a new L2 master key costs, said before (the question) and after: LMCache reads one
+# master key, so no overlap is possible (lmcache 0.5.6 v1/distributed/serde/aesgcm.py:158-166)
+L2_COLD = ("every chunk stored under the old key becomes unreadable (the KV cache in S3 goes "
+           "cold: each prefix is computed again and stored under the new key); the old "
+           "objects stay until the bucket lifecycle expires them")
+
+
+def rotate_l2_key(inventory: list[str], vault: VaultOptions, options: AnsibleOptions,
+                  connection: ConnectionOptions, lock_wait: float,
+                  origins: Callable[[Site], Sequence[Any]], confirm: Confirm) -> None:
+    """A new L2 master key stored as the next value, written to every encrypting serving
+    host, each LMCache server restarted onto it in the rolling play (vllm_serial hosts at a
+    time, behind the health gates), then made the current value. Interrupted, the next
+    value stays stored and a re-run (or a plain `up`) rolls the same one."""
+    from deploy_kit.config import site_secrets
+    from deploy_kit.ops import secrets_store
+    from deploy_kit.ops.site import open_site
+
+    name = site_secrets.L2_MASTER_KEY
+    site = open_site(inventory, vault.secrets())
+    if name not in site_secrets.used(site):
+        raise RotationRefused("this site encrypts no KV cache (no serving host with "
+                              "lmcache_l2_encryption: true)",
+                              hint=f"`deploykit secrets list -i {site.inventory_source}` shows "
+                                   "the secrets it uses")
+    owned = [o for o in origins(site) if o.name == name
+             and o.kind in ("vault", "environment", "inventory")]
+    if owned:
+        raise RotationRefused(
+            f"{name} comes from {owned[0].kind} {owned[0].where}: deploykit does not write it",
+            hint="put a new value there (`openssl rand -base64 32`) and run `deploykit up` "
+                 f"({L2_COLD})")
+    hosts = [h.name for h in site.group("vllm") if site_secrets.needs(h, name)]
+    confirm(f"rotate the L2 master key of {site.root}: {len(hosts)} serving host(s) restart "
+            f"their LMCache server one at a time behind the health gates, and {L2_COLD}?")
+    store = secrets_store.store_path(site)
+    with held(site, "rotate-l2-key", options, lock_wait):
+        if not options.check:
+            if not secrets_store.begin_rotation(site, name):
+                console().print(f"a rotation is under way ({site_secrets.NEXT[name]} in "
+                                f"{store}): rolling it again")
+        else:
+            console().print(f"check mode: would store {site_secrets.NEXT[name]} in {store}")
+        run_playbook("rotate-l2-key", "rotate_l2_key.yml", inventory, vault, options, {},
+                     connection, lock_wait=lock_wait)
+        if options.check:
+            return
+        secrets_store.finish_rotation(site, name)
+    console().print(f"L2 master key rotated on {len(hosts)} serving host(s) (the new one is "
+                    f"{name} in {store}): {L2_COLD}")

@@ -13,7 +13,12 @@ from deploy_kit.config.names import remote_url
 from deploy_kit.config.rules_accelerators import accelerator_wheels_available, torch_pairing
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
-from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
+from deploy_kit.core.geometry import (
+    AESGCM_FRAME_BYTES,
+    LMCACHE_DTYPE_NAMES,
+    chunk_layout,
+    kv_dtype_bytes,
+)
 from deploy_kit.plan import roll, sizing
 from deploy_kit.plan.breakeven import (
     ServingGroupPlan,
@@ -48,6 +53,8 @@ class ModelPlan:
     storage_raw_bytes: int
     object_name_pattern: str
     hosts: list[str]
+    # lmcache_l2_encryption: the AES-GCM frame in every object above (0: plaintext)
+    l2_frame_bytes: int = 0
 
 
 @dataclass
@@ -124,17 +131,18 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     for host in site.group("vllm"):
         c = host.config
         key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size,
-               c.vllm_kv_cache_dtype, c.lmcache_chunk_size)
+               c.vllm_kv_cache_dtype, c.lmcache_chunk_size, c.lmcache_l2_encryption)
         groups.setdefault(key, []).append(host)
     replicas = _data_pool_size(site)
     plans = []
-    for (model, tp, pp, kv_dtype, chunk), hosts in sorted(groups.items()):
+    for (model, tp, pp, kv_dtype, chunk, encrypted), hosts in sorted(groups.items()):
         geometry = hosts[0].geometry
         if geometry is None:
             continue
         dtype_bytes = kv_dtype_bytes(geometry, kv_dtype)
+        frame = AESGCM_FRAME_BYTES if encrypted else 0
         layout = chunk_layout(geometry, chunk_tokens=chunk, tensor_parallel=tp,
-                              pipeline_parallel=pp, dtype_bytes=dtype_bytes)
+                              pipeline_parallel=pp, dtype_bytes=dtype_bytes, frame_bytes=frame)
         target = hosts[0].config.deploykit_cache_target_tokens
         storage = sizing.capacity_bytes(target, layout.chunk_bytes, chunk)
         dtype_name = LMCACHE_DTYPE_NAMES.get(
@@ -150,7 +158,7 @@ def _model_plans(site: Site) -> list[ModelPlan]:
             chunk_bytes=layout.chunk_bytes, target_tokens=target, storage_bytes=storage,
             storage_raw_bytes=storage * replicas,
             object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",
-            hosts=sorted(h.name for h in hosts)))
+            hosts=sorted(h.name for h in hosts), l2_frame_bytes=frame))
     return plans
 
 
@@ -276,6 +284,7 @@ def _warnings(site: Site, pgs_per_osd: float | None) -> list[str]:
         out.append("S3 traffic is plain HTTP (deploykit_s3_tls: false): fine on a private "
                    "storage network only")
     out += security_opt_outs(site)
+    out += encryption_notes(site)
     out += self_heal_opt_outs(site)
     if len(site.group("rgw")) == 1:
         out.append("one RGW host: every S3 request goes to one concentrator")
@@ -327,6 +336,25 @@ def security_opt_outs(site: Site) -> list[str]:
                    "API takes requests without a key, so anyone who reaches it can read "
                    "and plant KV in the shared cache")
     return out
+
+
+def encryption_notes(site: Site) -> list[str]:
+    """What lmcache_l2_encryption covers and what a new master key costs (docs/security.md,
+    Encryption at rest), once per bucket that encrypts."""
+    buckets: dict[str, list[Host]] = {}
+    for host in site.group("vllm"):
+        if host.config.lmcache_l2_encryption:
+            buckets.setdefault(host.config.cache_bucket, []).append(host)
+    days = site.settings.ceph_rgw_s3_lifecycle_days
+    return [f"lmcache_l2_encryption on {_names(sorted(h.name for h in hosts))} (bucket "
+            f"{bucket}, AES-{hosts[0].config.lmcache_l2_encryption_aes_bits}-GCM): each S3 "
+            f"object is {AESGCM_FRAME_BYTES} B longer; L1 DRAM, the accelerators' memory and "
+            "the object keys (model name, cache_salt) stay plaintext. A new master key "
+            "(`deploykit secrets rotate l2-key`) makes every stored chunk unreadable: the "
+            "cache goes cold and the old objects age out "
+            + (f"by the lifecycle ({days} days)" if days > 0 else
+               "only when deleted (no lifecycle: ceph_rgw_s3_lifecycle_days 0)")
+            for bucket, hosts in sorted(buckets.items())]
 
 
 def self_heal_opt_outs(site: Site) -> list[str]:

@@ -50,6 +50,8 @@ def role_paths(host: Host) -> dict[str, Any]:
             for name in names.rgw_instance_names(host.name, c.ceph_rgw_count_per_host)},
         "_lmcache_ca_trust": names.CA_TRUST,
         "_lmcache_credentials_path": names.credentials_path(c),
+        # written with lmcache_l2_encryption, removed without it
+        "_lmcache_l2_master_key_path": names.lmcache_l2_master_key_path(c),
         "_serving_env_lock_marker_path": names.serving_env_lock_marker_path(c),
         "_serving_env_wheelhouse_marker_path": names.serving_env_wheelhouse_marker_path(c),
         "_vllm_model_staged_marker_path": (names.model_staged_marker_path(c)
@@ -74,7 +76,8 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
     "consul": ("_consul_binary_path", "_consul_secrets_path", "_consul_tls_ca_path",
                "_consul_tls_pem_path"),
     "dns": ("_coredns_binary_path",),
-    "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_vllm_secret_env_path",
+    "vllm": ("_lmcache_ca_trust", "_lmcache_credentials_path", "_lmcache_l2_master_key_path",
+             "_vllm_secret_env_path",
              "_vllm_api_keys_path", "_vllm_front_keys_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
              "_vllm_model_staged_marker_path", "_serving_agent_script",

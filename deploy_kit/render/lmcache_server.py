@@ -28,14 +28,28 @@ def l2_adapter(c: HostConfig) -> dict[str, Any] | None:
     """The L2 tier: the bucket through its virtual-hosted name (the adapter signs and routes
     on that Host header only), or a local directory in disk mode; none in dram mode."""
     if c.lmcache_mode == "s3":
-        return {"type": "s3", "s3_endpoint": names.remote_url(c),
-                "s3_region": c.deploykit_s3_region, "disable_tls": not c.deploykit_s3_tls,
-                # RGW speaks HTTP/1.1; the adapter's default (true) would try ALPN h2
-                "s3_prefer_http2": c.lmcache_s3_prefer_http2,
-                "s3_num_io_threads": c.lmcache_s3_num_io_threads}
+        adapter: dict[str, Any] = {
+            "type": "s3", "s3_endpoint": names.remote_url(c),
+            "s3_region": c.deploykit_s3_region, "disable_tls": not c.deploykit_s3_tls,
+            # RGW speaks HTTP/1.1; the adapter's default (true) would try ALPN h2
+            "s3_prefer_http2": c.lmcache_s3_prefer_http2,
+            "s3_num_io_threads": c.lmcache_s3_num_io_threads}
+        if c.lmcache_l2_encryption:
+            adapter["serde"] = serde(c)
+        return adapter
     if c.lmcache_mode == "disk":
         return {"type": "fs", "base_path": c.lmcache_disk_path}
     return None
+
+
+def serde(c: HostConfig) -> dict[str, Any]:
+    """AES-GCM around every chunk the adapter stores and loads (LMCache 0.5.6
+    v1/distributed/serde/aesgcm.py:136-177): a key per cache_salt, derived by HKDF-SHA256
+    from the whole content of the master key file (read as bytes at start, :162-163). Only
+    the file's path is rendered; the key reaches the host through Ansible alone."""
+    return {"type": "aesgcm", "key_provider": "hkdf",
+            "aes_bits": c.lmcache_l2_encryption_aes_bits,
+            "master_key_path": names.lmcache_l2_master_key_path(c)}
 
 
 def server_argv(c: HostConfig) -> list[str]:

@@ -19,16 +19,18 @@ short_description: Compare the secrets a run holds with what the host runs, by n
 description: >-
   values gives each secret the run would install (name: value, and name_next for a
   rotation under way: either is accepted). The module reads the Consul secrets file
-  (acl.tokens.*, encrypt), the vLLM key env file (VLLM_API_KEY) and vLLM's key list
-  (api-key), and, given consul_url, asks Consul whether it accepts the management token
-  (GET /v1/acl/token/self) and, if it does, each other token and which gossip keys its
-  keyring holds. A file that is missing is a host never converged: nothing to compare.
-  Returns names only, never a value; reads only (never changed, check mode too).
+  (acl.tokens.*, encrypt), the vLLM key env file (VLLM_API_KEY), vLLM's key list
+  (api-key) and the LMCache L2 master key file, and, given consul_url, asks Consul
+  whether it accepts the management token (GET /v1/acl/token/self) and, if it does, each
+  other token and which gossip keys its keyring holds. A file that is missing is a host
+  never converged: nothing to compare. Returns names only, never a value; reads only
+  (never changed, check mode too).
 options:
   values: {type: dict, required: true, no_log: true, description: "name: value ('' unset)"}
   consul_secrets: {type: str, default: "", description: the Consul secrets file ('' none)}
   vllm_env: {type: str, default: "", description: the VLLM_API_KEY env file ('' none)}
   vllm_keys: {type: str, default: "", description: "vLLM's --config key list ('' none)"}
+  l2_key: {type: str, default: "", description: "the LMCache L2 master key file ('' none)"}
   consul_url: {type: str, default: "", description: "a server's HTTP API ('' no API check)"}
 author: deploykit
 """
@@ -165,6 +167,12 @@ def compare(params: dict[str, Any]) -> dict[str, Any]:
         running = {v for v in [env_value(env, "VLLM_API_KEY")] if v} | vllm_keys(keys)
         if running and not running & want["vllm_api_key"]:
             differ.add("vllm_api_key")
+    key = read(params.get("l2_key", ""))
+    if key is not None and "lmcache_l2_master_key" in want:
+        files.append(params["l2_key"])
+        # a host holding another master key cannot read the chunks the others store
+        if key.strip() not in want["lmcache_l2_master_key"]:
+            differ.add("lmcache_l2_master_key")
     confirmed: set[str] = set()
     if params["consul_url"]:
         confirmed, refused = consul_api(params["consul_url"], want)
@@ -178,6 +186,7 @@ def main() -> None:
                        "consul_secrets": {"type": "str", "default": ""},
                        "vllm_env": {"type": "str", "default": ""},
                        "vllm_keys": {"type": "str", "default": ""},
+                       "l2_key": {"type": "str", "default": ""},
                        "consul_url": {"type": "str", "default": ""}},
         supports_check_mode=True)
     try:

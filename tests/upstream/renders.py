@@ -120,15 +120,21 @@ def _render(source: str, inventory: Path) -> list[ServingRender]:
     return [ServingRender(source, host, tree[host.name]) for host in site.group("vllm")]
 
 
+# the settings of the encrypting variant (KV encrypted at rest: the server's aesgcm serde)
+# (256 bits: not the serde's own default of 128, so a field the serde ignored would show)
+ENCRYPTED = {"lmcache_l2_encryption": True, "lmcache_l2_encryption_aes_bits": 256}
+
+
 def _variant_inventory(root: Path, series: str, accelerator: str, topology: str,
-                       version: str, wheel_dir: bool) -> Path:
+                       version: str, wheel_dir: bool, encrypted: bool = False) -> Path:
     """The example with its serving hosts replaced by one host of this row."""
-    target = root / f"{series}-{accelerator}-{topology}"
+    target = root / f"{series}-{accelerator}-{topology}{'-encrypted' if encrypted else ''}"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(EXAMPLE, target)
     hosts = yaml.safe_load((EXAMPLE / "hosts.yml").read_text())
     host = {"ansible_host": "10.67.68.99", **copy.deepcopy(ACCELERATOR_HOST[accelerator]),
-            "vllm_version": version, "lmcache_topology": topology}
+            "vllm_version": version, "lmcache_topology": topology,
+            **(ENCRYPTED if encrypted else {})}
     if wheel_dir:
         host |= {"vllm_wheel_dir": SITE_WHEEL_DIR, "lmcache_wheel_dir": SITE_WHEEL_DIR}
     group = {"cuda": "vllm_cuda", "rocm": "vllm_rocm", "gaudi3": "vllm_gaudi",
@@ -143,18 +149,20 @@ def _variant_inventory(root: Path, series: str, accelerator: str, topology: str,
 
 
 def variant(root: Path, series: str, accelerator: str, topology: str,
-            version: str) -> list[ServingRender]:
+            version: str, encrypted: bool = False) -> list[ServingRender]:
     """A render of the row: the site's wheel directory where the row's build is not on PyPI
     (compat `wheel_source`), or where `validate` asks for one (lmcache_wheel_dir: a
     site-built LMCache), as a site would answer it."""
     wheel_dir = compat.vllm(version).needs_wheelhouse(accelerator)
-    inventory = _variant_inventory(root, series, accelerator, topology, version, wheel_dir)
+    inventory = _variant_inventory(root, series, accelerator, topology, version, wheel_dir,
+                                   encrypted)
     try:
         return _render(f"variant/{inventory.name}", inventory)
     except InventoryError as exc:
         if wheel_dir or "lmcache_wheel_dir" not in str(exc):
             raise
-    inventory = _variant_inventory(root, series, accelerator, topology, version, True)
+    inventory = _variant_inventory(root, series, accelerator, topology, version, True,
+                                   encrypted)
     return _render(f"variant/{inventory.name}", inventory)
 
 
@@ -180,4 +188,10 @@ def all_renders(root: Path) -> tuple[ServingRender, ...]:
             topology = topologies(series, accelerator, LMCACHE)[0]
             renders += variant(root, series, accelerator, topology,
                                versions.get(series, f"{series}.0"))
+    # and one server-topology host that encrypts its L2 (its serde through LMCache's factory)
+    if not any(r.host.config.lmcache_l2_encryption for r in renders):
+        series, accelerator = next((s, a) for s, a in rows()
+                                   if "server" in topologies(s, a, LMCACHE))
+        renders += variant(root, series, accelerator, "server",
+                           versions.get(series, f"{series}.0"), encrypted=True)
     return tuple(renders)

@@ -60,3 +60,17 @@ def test_lmcache_parses_rendered_config(serving_renders: tuple[renders.ServingRe
     record(f"{row}-{accelerator}", "LMCache config",
            f"pass ({topologies})" if not failures else f"FAIL: {failures[0]}")
     assert not failures, "\n".join(failures)
+
+
+def test_encrypted_adapter_is_checked(serving_renders: tuple[renders.ServingRender, ...],
+                                      loaded: dict[str, Any]) -> None:
+    """At least one render encrypts its L2 (lmcache_l2_encryption), and LMCache's serde
+    factory builds its aesgcm serde from the rendered fields (probes/lmcache_config.py
+    serde_errors): a misspelt field fails here, not as a silent default at run time."""
+    encrypted = [r for r in serving_renders if r.host.config.lmcache_l2_encryption
+                 and r.lmcache_version == renders.LMCACHE]
+    assert encrypted, "no render encrypts its L2"
+    for render in encrypted:
+        argv = renders.exec_start(render.files[lmcache_server.UNIT_PATH].content)
+        assert '"serde":{"aes_bits"' in argv[argv.index("--l2-adapter") + 1]
+        assert loaded[render.name]["ok"], loaded[render.name]["errors"]

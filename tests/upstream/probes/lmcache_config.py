@@ -11,12 +11,18 @@ own code names (a typo there is ignored by LMCache at run time).
 
 Server: `lmcache server`'s argv through LMCache's CLI parser (cli/main.py: register_commands,
 parse_args), then the parse_args_to_* calls ServerCommand.execute makes before it starts the
-HTTP server; each --l2-adapter's keys must be ones its config class's from_dict reads."""
+HTTP server; each --l2-adapter's keys must be ones its config class's from_dict reads, or
+that every adapter takes (parse_args_to_l2_adapters_config: affinity_tag, shared, eviction,
+persist, serde). A "serde" is built through LMCache's serde factory: its keys must be ones
+the factory reads (a misspelt optional key would only fall back to a default), and an
+aesgcm serde is built from a key file as the role writes it (base64 text) and must derive
+keys of its aes_bits."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import contextlib
 import inspect
 import io
@@ -90,6 +96,59 @@ def from_dict_keys(cls: type) -> set[str]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str)}
 
 
+def get_keys(*functions: Any) -> set[str]:
+    """The string keys each function reads with `<name>.get("key")`."""
+    out: set[str] = set()
+    for function in functions:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        out |= {n.args[0].value for n in ast.walk(tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr == "get" and n.args and isinstance(n.args[0], ast.Constant)
+                and isinstance(n.args[0].value, str)}
+    return out
+
+
+def adapter_keys() -> set[str]:
+    """The keys every adapter takes beside its own from_dict's."""
+    from lmcache.v1.distributed.l2_adapters import config
+
+    base = config.L2AdapterConfigBase
+    return get_keys(config.parse_args_to_l2_adapters_config, base._parse_serde_config,
+                    base._parse_eviction_config, base._parse_persist_config)
+
+
+def serde_errors(adapter: dict[str, Any]) -> list[str]:
+    """The adapter's serde through LMCache's own factory (v1/distributed/serde/factory.py)."""
+    from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
+    from lmcache.v1.distributed.serde import SerdeConfig, create_serde_processor
+    from lmcache.v1.distributed.serde.factory import _SERDE_FACTORY_REGISTRY
+
+    config = L2AdapterConfigBase._parse_serde_config(adapter)
+    if config is None:
+        return []
+    label = f"--l2-adapter {adapter['type']}: serde {config.type}"
+    factory = _SERDE_FACTORY_REGISTRY.get(config.type)
+    if factory is None:
+        return [f"{label}: not a registered serde type"]
+    errors = [f"{label}: key {k!r} is not read by its factory"
+              for k in config.kwargs if k not in get_keys(factory)]
+    kwargs = dict(config.kwargs)
+    path = kwargs.get("master_key_path")
+    if config.type == "aesgcm":
+        if not (isinstance(path, str) and path.startswith("/")):
+            return [*errors, f"{label}: master_key_path {path!r} is not an absolute path"]
+        with tempfile.NamedTemporaryFile("wb", delete=False) as handle:
+            handle.write(base64.b64encode(os.urandom(32)))  # what the role writes there
+        kwargs["master_key_path"] = handle.name
+    processor = create_serde_processor(SerdeConfig(type=config.type, kwargs=kwargs))
+    if config.type == "aesgcm":
+        bits = int(kwargs.get("aes_bits", 0))
+        derived = len(processor._serializer._keys.get_key("salt"))
+        if derived * 8 != bits:
+            errors.append(f"{label}: derives {derived * 8}-bit keys, rendered aes_bits {bits}")
+    return errors
+
+
 def load_server(argv: list[str]) -> list[str]:
     from lmcache.cli.commands import register_commands
     from lmcache.v1.distributed.config import parse_args_to_config
@@ -114,9 +173,11 @@ def load_server(argv: list[str]) -> list[str]:
     errors = [r for r in handler.records if KEY_PROBLEM.search(r)]
     for raw in getattr(args, "l2_adapter", None) or []:
         adapter = json.loads(raw)
-        known = from_dict_keys(get_l2_adapter_config_class(adapter["type"])) | {"type"}
+        known = from_dict_keys(get_l2_adapter_config_class(adapter["type"])) | {"type"} | \
+            adapter_keys()
         errors += [f"--l2-adapter {adapter['type']}: key {k!r} is not read by its from_dict"
                    for k in adapter if k not in known]
+        errors += serde_errors(adapter)
     return errors
 
 
