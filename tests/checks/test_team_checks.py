@@ -147,3 +147,17 @@ def test_an_empty_listing_is_no_chunk_yet() -> None:
     empty = b'<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"></ListBucketResult>'
     assert team_probe.first_object(empty) is None
     assert team_probe.first_object(LISTING) == ("Qwen/Qwen3-8B@1@0@5f1c@alpha", 37_748_765)
+
+
+@pytest.mark.parametrize(("symptom", "check"), [
+    ("team beta can read team alpha's bucket", "team-isolation"),
+    ("one team gets no hits after a restart", "team-cache-hit"),
+    ("lmcache-server: cache_salt='alpha' over quota, evicting", "team-cache-hit"),
+    ("the chunks in the bucket are plaintext", "encryption"),
+])
+def test_doctor_maps_team_symptoms(symptom: str, check: str) -> None:
+    from deploy_kit.verify.doctor import diagnose
+    from deploy_kit.verify.model import CHECKS
+
+    suggested = [c for _, checks in diagnose(symptom) for c in checks]
+    assert check in suggested and set(suggested) <= set(CHECKS)
