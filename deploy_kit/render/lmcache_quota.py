@@ -28,8 +28,8 @@ from deploy_kit.plan.serving import serving_host
 WATERMARK = 0.9
 EVICTION_RATIO = 0.1
 # how long the server start waits for the quota API (the port is already open: the unit's
-# first ExecStartPost); within the unit's TimeoutStartSec
-QUOTA_TIMEOUT_S = 60
+# first ExecStartPost, up to 240 s); both within the unit's TimeoutStartSec (300 s)
+QUOTA_TIMEOUT_S = 30
 GIB = 2**30
 
 
