@@ -9,6 +9,8 @@ not in the file: the render writes it as a JSON file the agent reads at a fixed 
 - lmcache_heal: a serving host's LMCache agent (render/self_heal.py).
 - lmcache_s3_events: LMCache's S3 trouble from the journal, as node exporter metrics
   (render/monitoring.py).
+- lmcache_quota: a team host's LMCache server start sets the team's quota (its arguments
+  are in the unit's ExecStartPost; render/lmcache_quota.py).
 """
 
 from __future__ import annotations
@@ -19,3 +21,4 @@ HERE = Path(__file__).resolve().parent
 # the files the roles copy onto the hosts (the controller's copy of this package)
 LMCACHE_HEAL = HERE / "lmcache_heal.py"
 LMCACHE_S3_EVENTS = HERE / "lmcache_s3_events.py"
+LMCACHE_QUOTA = HERE / "lmcache_quota.py"

@@ -101,6 +101,8 @@ CONSUL_ROUTER_SERVICE_PATH = "/etc/consul.d/llm-service.json"
 # the host agents the roles copy from deploy_kit/agents (their settings are rendered)
 SELF_HEAL_SCRIPT = "/usr/local/libexec/deploykit/lmcache-heal"
 S3_EVENTS_SCRIPT = "/usr/local/libexec/deploykit/lmcache-s3-events"
+# a team host's LMCache server start sets the team's quota (render/lmcache_quota.py)
+LMCACHE_QUOTA_SCRIPT = "/usr/local/libexec/deploykit/lmcache-quota"
 RGW_CONF_PATH = "/etc/ceph/ceph.conf"
 COREDNS_UNIT_PATH = "/etc/systemd/system/coredns.service"
 CONSUL_UNIT_PATH = "/etc/systemd/system/consul.service"

@@ -112,6 +112,8 @@ def host_settings(host: Host, paths: list[str]) -> dict[str, Any]:
         # and its units; the render writes a timer only where it runs, and the role stops one
         # it no longer finds there
         "_serving_agent_source": str(agents.LMCACHE_HEAL),
+        # what a team host's LMCache server start runs to set the team's quota
+        "_serving_quota_source": str(agents.LMCACHE_QUOTA),
         "_serving_agent_config": self_heal.CONFIG,
         "_serving_agent_units": [PurePosixPath(p).name for p in self_heal.UNITS],
         # the journal counter of LMCache's S3 trouble (render/monitoring.py), likewise

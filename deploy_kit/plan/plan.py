@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -162,9 +163,11 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     return plans
 
 
-def cache_bytes(site: Site) -> int:
-    """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known)."""
-    return sum(m.storage_bytes for m in _model_plans(site))
+def cache_bytes(site: Site, hosts: Collection[str] | None = None) -> int:
+    """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known);
+    with `hosts`, only the models those hosts serve."""
+    return sum(m.storage_bytes for m in _model_plans(site)
+               if hosts is None or not set(m.hosts).isdisjoint(hosts))
 
 
 def serving_groups(site: Site) -> list[ServingGroupPlan]:

@@ -58,6 +58,7 @@ def role_paths(host: Host) -> dict[str, Any]:
                                            if c.model_is_local else None),
         # the agents the roles copy from deploy_kit/agents (their settings are rendered)
         "_serving_agent_script": names.SELF_HEAL_SCRIPT,
+        "_serving_quota_script": names.LMCACHE_QUOTA_SCRIPT,
         # the router's venv records the lock it was built from; its front's key digests and
         # its instance key (secret) are written from what only Ansible holds
         "_router_lock_marker_path": names.router_lock_marker_path(c),
@@ -80,7 +81,7 @@ GROUP_PATH_NAMES: dict[str, tuple[str, ...]] = {
              "_vllm_secret_env_path",
              "_vllm_api_keys_path", "_vllm_front_keys_path",
              "_serving_env_lock_marker_path", "_serving_env_wheelhouse_marker_path",
-             "_vllm_model_staged_marker_path", "_serving_agent_script",
+             "_vllm_model_staged_marker_path", "_serving_agent_script", "_serving_quota_script",
              "_monitoring_s3_events_script"),
     "router": ("_router_lock_marker_path", "_router_front_keys_path",
                "_router_secret_env_path"),

@@ -19,6 +19,7 @@ from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import (
     consul,
     dns,
+    lmcache_quota,
     lmcache_server,
     monitoring,
     router,
@@ -90,7 +91,8 @@ def host_files(site: Site, host: Host) -> dict[str, RenderedFile]:
                 render_lmcache_yaml(c, host.geometry))
         else:
             files[lmcache_server.env_path(c)] = RenderedFile(lmcache_server.render_env_file(c))
-            files[lmcache_server.UNIT_PATH] = RenderedFile(lmcache_server.render_unit(c))
+            files[lmcache_server.UNIT_PATH] = RenderedFile(lmcache_server.render_unit(
+                c, lmcache_quota.salt_quota(site, host)))
         if c.lmcache_mode in ("s3", "nixl"):
             files[names.credentials_path(c)] = credentials_file(host)
             files[names.aws_config_path(c)] = RenderedFile(render_template(

@@ -14,7 +14,8 @@ from deploy_kit.config import names
 from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import instances
 from deploy_kit.config.models import HostConfig
-from deploy_kit.render import templating
+from deploy_kit.render import lmcache_quota, templating
+from deploy_kit.render.lmcache_quota import SaltQuota
 from deploy_kit.render.templating import exec_lines, exec_start, render_template
 
 UNIT_PATH = names.LMCACHE_SERVER_UNIT_PATH
@@ -24,9 +25,10 @@ MQ_HOST = "127.0.0.1"  # vLLM runs beside the server: nothing else may reach its
 env_path = names.lmcache_server_env_path
 
 
-def l2_adapter(c: HostConfig) -> dict[str, Any] | None:
+def l2_adapter(c: HostConfig, quota: SaltQuota | None = None) -> dict[str, Any] | None:
     """The L2 tier: the bucket through its virtual-hosted name (the adapter signs and routes
-    on that Host header only), or a local directory in disk mode; none in dram mode."""
+    on that Host header only), or a local directory in disk mode; none in dram mode. With a
+    team's quota, it evicts per cache_salt (render/lmcache_quota.py)."""
     if c.lmcache_mode == "s3":
         adapter: dict[str, Any] = {
             "type": "s3", "s3_endpoint": names.remote_url(c),
@@ -36,6 +38,8 @@ def l2_adapter(c: HostConfig) -> dict[str, Any] | None:
             "s3_num_io_threads": c.lmcache_s3_num_io_threads}
         if c.lmcache_l2_encryption:
             adapter["serde"] = serde(c)
+        if quota is not None:
+            adapter["eviction"] = lmcache_quota.eviction()
         return adapter
     if c.lmcache_mode == "disk":
         return {"type": "fs", "base_path": c.lmcache_disk_path}
@@ -52,7 +56,7 @@ def serde(c: HostConfig) -> dict[str, Any]:
             "master_key_path": names.lmcache_l2_master_key_path(c)}
 
 
-def server_argv(c: HostConfig) -> list[str]:
+def server_argv(c: HostConfig, quota: SaltQuota | None = None) -> list[str]:
     # --l1-size-gb alone is refused: the server wants an eviction policy with it
     argv = [f"{c.vllm_venv}/bin/lmcache", "server",
             "--host", MQ_HOST, "--port", str(c.lmcache_server_port),
@@ -65,7 +69,7 @@ def server_argv(c: HostConfig) -> list[str]:
             "--l1-init-size-gb", _gb(min(l1_gb(c), 1.0)),
             "--eviction-policy", c.lmcache_server_eviction_policy,
             "--max-workers", str(c.lmcache_server_max_workers)]
-    adapter = l2_adapter(c)
+    adapter = l2_adapter(c, quota)
     if adapter is not None:
         argv += ["--l2-adapter", json.dumps(adapter, separators=(",", ":"), sort_keys=True)]
     return argv
@@ -100,9 +104,13 @@ def render_env_file(c: HostConfig) -> str:
     return templating.render_env_file(server_env(c))
 
 
-def render_unit(c: HostConfig) -> str:
+def render_unit(c: HostConfig, quota: SaltQuota | None = None) -> str:
+    """quota: the host's team's (lmcache_quota.salt_quota), set at every start."""
+    set_quota = None if quota is None else exec_start(exec_lines(
+        lmcache_quota.set_quota_argv(c.lmcache_server_http_port, quota), head=1))
     return render_template("lmcache-server.service.j2", user=c.vllm_user, env_file=env_path(c),
-                           exec_start=exec_start(exec_lines(server_argv(c), head=2)),
+                           exec_start=exec_start(exec_lines(server_argv(c, quota), head=2)),
+                           set_quota=set_quota,
                            mode=c.lmcache_mode,
                            http_port=c.lmcache_server_http_port,
                            vllm_units=[f"{i.unit}.service" for i in instances("", c)])

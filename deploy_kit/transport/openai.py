@@ -103,13 +103,18 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 def stream_completion(address: str, port: int, model: str, ids: list[int], max_tokens: int,
                       api_key: str | None = None, timeout: float = 900.0,
-                      host_header: str | None = None) -> Timing:
+                      host_header: str | None = None, cache_salt: str | None = None
+                      ) -> Timing:
     """POST /v1/completions with `stream` and usage; greedy, `ignore_eos` so TPOT spans
     max_tokens tokens. `host_header`: the name the request is for (the routers' name, sent
-    to one router's address)."""
-    body = json.dumps({"model": model, "prompt": ids, "max_tokens": max_tokens,
-                       "temperature": 0, "ignore_eos": True, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
+    to one router's address). `cache_salt`: vLLM's per-request field, a team's (LMCache's
+    server keys its chunks and quota by it)."""
+    fields: dict[str, Any] = {"model": model, "prompt": ids, "max_tokens": max_tokens,
+                              "temperature": 0, "ignore_eos": True, "stream": True,
+                              "stream_options": {"include_usage": True}}
+    if cache_salt is not None:
+        fields["cache_salt"] = cache_salt
+    body = json.dumps(fields).encode()
     events: list[tuple[float, dict[str, Any]]] = []
     headers = _headers(api_key) | ({"Host": host_header} if host_header else {})
     conn = http.client.HTTPConnection(address, port, timeout=timeout)

@@ -72,6 +72,19 @@ SYMPTOMS: list[tuple[str, str, tuple[str, ...]]] = [
      "admin paths or unkeyed requests, or a router sends a repeated prompt to another "
      "instance than the one that holds it",
      ("router-dns", "router-health", "routing-sticky", "vllm-service")),
+    (r"\bteams?\b|tenant|another team|other team|cross-team",
+     "teams share the tier: a team's identity reaches another team's bucket (its bucket "
+     "policy, or a host holding another team's keys), or a team's clients get no hits",
+     ("team-isolation", "team-cache-hit", "s3-credentials-valid")),
+    (r"over quota|evict|isolatedlru|cache_salt|\bsalt\b|/quota|limit_gb",
+     "a team's LMCache quota: the server evicts a cache_salt over its quota, and every salt "
+     "without one (requests without the team's cache_salt, or a start whose quota PUT "
+     "failed: journalctl -u lmcache-server)",
+     ("team-cache-hit", "lmcache-server-service", "lmcache-cache-hit")),
+    (r"encrypt|plaintext|\baes\b|gcm|at rest|serde",
+     "LMCache's L2 encryption: the stored chunks are not AES-GCM frames (the server runs "
+     "without the `serde` adapter setting, or they predate it)",
+     ("encryption", "lmcache-server-service")),
     (r"s3_region|region",
      "LMCache's S3 connector needs s3_region or it turns the remote tier off silently",
      ("lmcache-s3-settings",)),

@@ -12,13 +12,14 @@ from pathlib import Path
 from deploy_kit.config import names as site_names
 from deploy_kit.config.fit import l1_gb
 from deploy_kit.config.instances import endpoints, host_of, instance_count
-from deploy_kit.config.models import HostConfig
+from deploy_kit.config.models import HostConfig, team_bucket
 from deploy_kit.config.s3_identities import identities, layout_prefix
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.plan.plan import Plan, build_plan
 from deploy_kit.plan.serving import serving_host
 from deploy_kit.render import tls
+from deploy_kit.render.lmcache import object_bytes
 from deploy_kit.render.serving_front import instance_tag
 from deploy_kit.render.storage import lifecycle_rules
 from deploy_kit.transport.hosts import run_many
@@ -26,12 +27,14 @@ from deploy_kit.transport.openai import model_name, token_range
 from deploy_kit.transport.sigv4 import Credentials
 from deploy_kit.verify.model import (
     ConsulView,
+    EncryptionProbe,
     IsolationProbe,
     Observation,
     RoutingProbe,
     S3Probe,
     ServingPlan,
     StorageMeasurement,
+    TeamIsolationProbe,
 )
 from deploy_kit.verify.probes import (
     cache_probe,
@@ -45,6 +48,7 @@ from deploy_kit.verify.probes import (
     s3_probe,
     serving_probe,
     side_door_probe,
+    team_probe,
     tls_probe,
 )
 
@@ -122,7 +126,10 @@ def planned(site: Site) -> Observation:
         planned_identity=identity, consul=planned_consul(site),
         router_fqdn=site_names.router_fqdn(s) if site.group("router") else "",
         routers_planned={h.name: h.address for h in site.group("router")},
-        instance_tags={instance_tag(e.name): e.name for h in vllm for e in endpoints(h)})
+        instance_tags={instance_tag(e.name): e.name for h in vllm for e in endpoints(h)},
+        teams=team_buckets(site),
+        teams_serving={h.config.team.name for h in vllm if h.config.team is not None},
+        encrypting={h.name: h.config.cache_bucket for h in vllm if encrypts(h)})
 
 
 def planned_consul(site: Site) -> ConsulView | None:
@@ -304,6 +311,11 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
             results.append(S3Probe(address="-", host_header=host_header,
                                    credentials_from=host.name,
                                    error="no credentials profile on the host"))
+    creds_of = {h.name: Credentials(h.credentials["access_key"], h.credentials["secret_key"])
+                for h in obs.serving if h.credentials}
+    where = (healthy[0], port, obs.fqdn, region)
+    obs.team_isolation = _team_isolation(site, creds_of, where, context)
+    obs.encryption = _encryption(site, creds_of, where, context)
     if good is None:
         return results
     source = next(r.credentials_from for r in results if r.auth_status == 200)
@@ -355,6 +367,57 @@ def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int
                     *where, IsolationProbe(model.uid, host, model.prefixes[0], other.uid,
                                            prefix), signed[host], target, context))
     return found
+
+
+def _team_isolation(site: Site, creds_of: dict[str, Credentials],
+                    where: tuple[str, int, str, str], context: ssl.SSLContext | None
+                    ) -> list[TeamIsolationProbe]:
+    """Each team's identity (its first serving host whose keys were read) on its own bucket
+    and on every other team's; nothing where the site has fewer than two teams."""
+    buckets = team_buckets(site)
+    if len(buckets) < 2:
+        return []
+    found = []
+    for team, bucket in sorted(buckets.items()):
+        host = next((h.name for h in site.group("vllm") if h.name in creds_of
+                     and h.config.team is not None and h.config.team.name == team), None)
+        if host is None:
+            continue  # the check says why (no serving host, or none whose keys were read)
+        found.append(team_probe.isolation(
+            *where, TeamIsolationProbe(team, host, bucket), creds_of[host],
+            {t: b for t, b in buckets.items() if t != team}, context))
+    return found
+
+
+def _encryption(site: Site, creds_of: dict[str, Credentials],
+                where: tuple[str, int, str, str], context: ssl.SSLContext | None
+                ) -> list[EncryptionProbe]:
+    """One chunk per (bucket, model) of the hosts that encrypt their L2, listed and read
+    with the first such host's keys whose keys were read."""
+    found: dict[tuple[str, str], EncryptionProbe] = {}
+    for host in site.group("vllm"):
+        c = host.config
+        if not encrypts(host) or host.name not in creds_of:
+            continue
+        prefix = layout_prefix(c) or ""
+        if (c.cache_bucket, prefix) in found:
+            continue
+        found[(c.cache_bucket, prefix)] = team_probe.encryption(
+            *where, EncryptionProbe(c.cache_bucket, host.name, prefix,
+                                    object_bytes(c, host.geometry)), creds_of[host.name],
+            context)
+    return list(found.values())
+
+
+def encrypts(host: Host) -> bool:
+    """The host's LMCache server encrypts what it stores in S3 (lmcache_l2_encryption)."""
+    c = host.config
+    return c.lmcache_l2_encryption and not serving_host(host).inprocess and c.lmcache_mode == "s3"
+
+
+def team_buckets(site: Site) -> dict[str, str]:
+    s = site.settings
+    return {t.name: team_bucket(t, s.deploykit_s3_bucket) for t in s.teams}
 
 
 def storage_measurement(path: Path, site_name: str) -> StorageMeasurement | None:

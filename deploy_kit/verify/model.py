@@ -115,6 +115,36 @@ class IsolationProbe:
 
 
 @dataclass
+class TeamIsolationProbe:
+    """One team's identity (a serving host's keys) on its own bucket and on every other
+    team's bucket (probes/team_probe.py)."""
+
+    team: str
+    credentials_from: str  # the team's serving host whose keys signed
+    bucket: str
+    # PUT, GET, LIST, DELETE of a probe object in its own bucket -> HTTP status (2xx)
+    own: dict[str, int | None] = field(default_factory=dict)
+    # other team -> (its bucket, {GET, PUT, LIST -> HTTP status}) (403: refused)
+    refused: dict[str, tuple[str, dict[str, int | None]]] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class EncryptionProbe:
+    """One stored LMCache chunk of a bucket whose hosts encrypt (lmcache_l2_encryption),
+    listed and read with a serving host's keys (probes/team_probe.py)."""
+
+    bucket: str
+    credentials_from: str
+    prefix: str  # the model's server keys (`<model>@`)
+    plaintext_bytes: int | None  # one chunk object before AES-GCM (the model's geometry)
+    key: str | None = None  # None: no chunk stored under the prefix yet
+    size: int | None = None
+    first_byte: int | None = None
+    error: str | None = None
+
+
+@dataclass
 class ServingPlan:
     """What the inventory says one serving host runs (its own validated settings)."""
 
@@ -262,6 +292,7 @@ class CacheProbe:
     second_local: int | None = None  # vLLM's own prefix cache hit tokens of the repeat
     other_host: str | None = None  # where the repeat went when vLLM's own cache masked it
     other_external: int | None = None
+    team: str | None = None  # the host's team: the probe sent its salt as cache_salt
     # another vLLM instance on the same host, asked the prompt after the repeat: only what
     # the instances share (the LMCache server, the remote tier) can answer it
     sibling: str | None = None
@@ -391,6 +422,13 @@ class Observation:
     privilege: PrivilegeProbe | None = None  # the serving identity's rights on the bucket
     # each model's identity against every other model's keys (one host's keys per model)
     isolation: list[IsolationProbe] = field(default_factory=list)
+    # the site's teams (name -> bucket) and which have serving hosts; each team's identity
+    # on its own and the other teams' buckets; one stored chunk of each encrypting bucket
+    teams: dict[str, str] = field(default_factory=dict)
+    teams_serving: set[str] = field(default_factory=set)
+    team_isolation: list[TeamIsolationProbe] = field(default_factory=list)
+    encryption: list[EncryptionProbe] = field(default_factory=list)
+    encrypting: dict[str, str] = field(default_factory=dict)  # host -> bucket it encrypts
     # the bucket's lifecycle rules as the admin host reads them (owner rights stay there)
     lifecycle: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None

@@ -34,6 +34,7 @@ from deploy_kit.verify.model import (
 from tests.checks.cache_fixtures import CACHE_CASES, cache_probe, instance_pair, remote_ring
 from tests.checks.consul_fixtures import CONSUL_CASES, consul_view
 from tests.checks.router_fixtures import ROUTER_CASES, add_routers
+from tests.checks.team_fixtures import TEAM_CASES, add_teams
 
 RGW = ["10.9.0.11", "10.9.0.12"]
 KV = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
@@ -137,6 +138,7 @@ def healthy() -> Observation:
                            ip_sans=[a], not_after="2027-06-01T00:00:00+00:00", days_left=180.0,
                            issuer="CN=deploykit CA t") for a in RGW]
     add_routers(obs)
+    add_teams(obs)
     return obs
 
 
@@ -347,6 +349,7 @@ CASES: list[tuple[str, Callable[[Observation], None], str, str]] = [
     *CONSUL_CASES,
     *CACHE_CASES,
     *ROUTER_CASES,
+    *TEAM_CASES,
 ]
 
 WARNINGS = [

@@ -36,8 +36,10 @@ def imports(tree: ast.AST) -> list[tuple[str, bool]]:
 
 
 def test_there_are_programs() -> None:
-    assert {p.name for p in PROGRAMS} == {"lmcache_heal.py", "lmcache_s3_events.py"}
-    assert {agents.LMCACHE_HEAL, agents.LMCACHE_S3_EVENTS} == set(PROGRAMS)
+    assert {p.name for p in PROGRAMS} == {"lmcache_heal.py", "lmcache_s3_events.py",
+                                          "lmcache_quota.py"}
+    assert {agents.LMCACHE_HEAL, agents.LMCACHE_S3_EVENTS, agents.LMCACHE_QUOTA} == \
+        set(PROGRAMS)
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)

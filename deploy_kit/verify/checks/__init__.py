@@ -13,5 +13,6 @@ from deploy_kit.verify.checks import (  # noqa: F401
     s3_privilege,
     serving,
     side_door,
+    teams,
     tls,
 )

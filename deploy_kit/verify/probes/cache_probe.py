@@ -42,13 +42,25 @@ def hit_tokens(*hosts: Host) -> int:
 SETTLE_S = 1.0  # LMCache stores a request's chunks when it finishes
 
 
+def salt(host: Host) -> str | None:
+    """The cache_salt the host's team's clients send (None: no team)."""
+    team = host.config.team
+    return team.salt if team is not None else None
+
+
+def same_tier(host: Host, other: Host) -> bool:
+    """`other` reads what `host` stored: one bucket (sharing group) and one salt."""
+    return other.config.cache_bucket == host.config.cache_bucket and salt(other) == salt(host)
+
+
 def request_with_hits(host: Host, model: str, ids: list[int]
                       ) -> tuple[oa.Timing, oa.Hits | None]:
-    """One streamed completion and the prefix-cache hits vLLM's counters moved by."""
+    """One streamed completion, as the host's team's clients send it, and the prefix-cache
+    hits vLLM's counters moved by."""
     port = host.config.vllm_port
     before = oa.metrics(host.address, port, api_key(host))
     timed = oa.stream_completion(host.address, port, model, ids, 2, api_key(host),
-                                 timeout=600)
+                                 timeout=600, cache_salt=salt(host))
     after = oa.metrics(host.address, port, api_key(host))
     return timed, oa.delta(before, after)
 
@@ -57,7 +69,9 @@ def probe_host(host: Host, run_id: str, others: list[Host],
                sibling: Host | None = None) -> CacheProbe:
     c = host.config
     port = c.vllm_port
-    result = CacheProbe(host=host.name, address=host.address)
+    team = host.config.team
+    result = CacheProbe(host=host.name, address=host.address,
+                        team=team.name if team is not None else None)
     seen = oa.served(host.address, port, api_key(host))
     result.serving = seen.health == 200 and bool(seen.models)
     if not result.serving:
@@ -91,8 +105,8 @@ def probe_host(host: Host, run_id: str, others: list[Host],
         result.sibling_error = timed.error
     if hits2 is not None and hits2.external == 0 and hits2.local > 0:
         for other in others:
-            if other.name == host.name:
-                continue
+            if other.name == host.name or not same_tier(host, other):
+                continue  # another bucket or salt: its miss would say nothing
             timed, hits = request_with_hits(other, model_name(other), ids)
             if timed.error is None and hits is not None:
                 result.other_host, result.other_external = other.name, hits.external
