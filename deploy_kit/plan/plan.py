@@ -10,6 +10,7 @@ from deploy_kit.config import fit
 from deploy_kit.config.instances import instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import remote_url
+from deploy_kit.config.s3_identities import bucket_names
 from deploy_kit.config.rules_accelerators import accelerator_wheels_available, torch_pairing
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
@@ -48,6 +49,9 @@ class ModelPlan:
     storage_raw_bytes: int
     object_name_pattern: str
     hosts: list[str]
+    # the bucket these hosts share (their sharing group): a model served in two buckets is
+    # stored, and sized, in each
+    bucket: str = ""
 
 
 @dataclass
@@ -124,11 +128,11 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     for host in site.group("vllm"):
         c = host.config
         key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size,
-               c.vllm_kv_cache_dtype, c.lmcache_chunk_size)
+               c.vllm_kv_cache_dtype, c.lmcache_chunk_size, c.cache_bucket)
         groups.setdefault(key, []).append(host)
     replicas = _data_pool_size(site)
     plans = []
-    for (model, tp, pp, kv_dtype, chunk), hosts in sorted(groups.items()):
+    for (model, tp, pp, kv_dtype, chunk, bucket), hosts in sorted(groups.items()):
         geometry = hosts[0].geometry
         if geometry is None:
             continue
@@ -150,13 +154,15 @@ def _model_plans(site: Site) -> list[ModelPlan]:
             chunk_bytes=layout.chunk_bytes, target_tokens=target, storage_bytes=storage,
             storage_raw_bytes=storage * replicas,
             object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",
-            hosts=sorted(h.name for h in hosts)))
+            hosts=sorted(h.name for h in hosts), bucket=bucket))
     return plans
 
 
-def cache_bytes(site: Site) -> int:
-    """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known)."""
-    return sum(m.storage_bytes for m in _model_plans(site))
+def cache_bytes(site: Site, bucket: str | None = None) -> int:
+    """The bytes every model's deploykit_cache_target_tokens needs in `bucket` (None: in
+    every bucket; 0: none known)."""
+    return sum(m.storage_bytes for m in _model_plans(site)
+               if bucket is None or m.bucket == bucket)
 
 
 def serving_groups(site: Site) -> list[ServingGroupPlan]:
@@ -411,7 +417,9 @@ def build_plan(site: Site) -> Plan:
         pools=[PoolPlan(p.name, p.pg_num, p.size, p.min_size, p.application) for p in pools],
         pg_replicas=load.total_pg_replicas,
         pgs_per_osd=load.pgs_per_osd,
-        dns={"names": [s.deploykit_s3_fqdn, f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}"],
+        # CoreDNS answers the name and every <bucket>.<name>: each bucket's virtual host
+        dns={"names": [s.deploykit_s3_fqdn, *(f"{b}.{s.deploykit_s3_fqdn}"
+                                              for b in bucket_names(site))],
              "expected_a_records": sizing.expected_a_records(len(rgw)),
              "addresses": sorted(h.address for h in rgw),
              "servers": sorted(h.address for h in dns_servers)},
