@@ -15,7 +15,7 @@ from deploy_kit.config.rules_accelerators import accelerator_wheels_available, t
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes
-from deploy_kit.plan import roll, sizing
+from deploy_kit.plan import roll, sizing, tenancy
 from deploy_kit.plan.breakeven import (
     ServingGroupPlan,
     device_of,
@@ -110,6 +110,10 @@ class Plan:
     # where the site has routers, per serving group: where a repeated prefix is answered
     # with and without them (plan.routing: an estimate, its assumptions with it)
     routing: list[RoutingEstimate] = field(default_factory=list)
+    # each bucket's serving hosts (one key format per bucket) and each team's identity,
+    # bucket, salt and quota (plan.tenancy, docs/teams.md)
+    sharing_groups: list[tenancy.SharingGroupPlan] = field(default_factory=list)
+    teams: list[tenancy.TeamPlan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -427,7 +431,10 @@ def build_plan(site: Site) -> Plan:
         serving_groups=groups,
         restarts=restarts,
         routing=routing,
-        warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts),
+        sharing_groups=tenancy.sharing_groups(site),
+        teams=tenancy.teams(site),
+        warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts)
+        + tenancy.warnings(site),
     )
 
 

@@ -128,22 +128,10 @@ def bucket_policy(bucket: str, ids: Sequence[Identity], legacy: str) -> dict[str
 
 
 def quota_bytes(site: Site, bucket: str | None = None) -> int:
-    """A bucket's quota (default: the site bucket's). A team's bucket: its quota_bytes when
-    set (0: none), else the bytes `plan` computes for the models its hosts serve. Any other
-    bucket (the site's, a sharing group's): ceph_rgw_s3_quota_bytes when set (0: none), else
-    the bytes `plan` computes for the models served in it. 0 when no model is known."""
-    from deploy_kit.plan.plan import cache_bytes
+    """A bucket's quota (default: the site bucket's; plan/tenancy.py says how)."""
+    from deploy_kit.plan.tenancy import bucket_quota
 
-    s = site.settings
-    bucket = bucket or s.deploykit_s3_bucket
-    team = next((t for t in s.teams if team_bucket(t, s.deploykit_s3_bucket) == bucket), None)
-    explicit = team.quota_bytes if team is not None else s.ceph_rgw_s3_quota_bytes
-    if explicit is not None:
-        return explicit
-    try:
-        return cache_bytes(site, bucket)
-    except (ValueError, KeyError):  # a model plan cannot size: no quota rather than no render
-        return 0
+    return bucket_quota(site, bucket or site.settings.deploykit_s3_bucket)
 
 
 def buckets(site: Site) -> list[dict[str, Any]]:
