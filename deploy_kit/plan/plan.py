@@ -10,8 +10,8 @@ from deploy_kit.config import fit
 from deploy_kit.config.instances import instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import remote_url
-from deploy_kit.config.s3_identities import bucket_names
 from deploy_kit.config.rules_accelerators import accelerator_wheels_available, torch_pairing
+from deploy_kit.config.s3_identities import bucket_names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import LMCACHE_DTYPE_NAMES, chunk_layout, kv_dtype_bytes

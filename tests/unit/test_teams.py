@@ -142,13 +142,13 @@ TEAMS_FILE = "group_vars/all/teams.yml"
 
 
 @pytest.mark.parametrize(("teams", "words"), [
-    (TEAMS + [{"name": "alpha", "models": ["Qwen/Qwen3-8B"], "cache_salt": "x"}],
+    ([*TEAMS, {"name": "alpha", "models": ["Qwen/Qwen3-8B"], "cache_salt": "x"}],
      "team 'alpha' is listed 2 times"),
     ([TEAMS[0] | {"cache_salt": "beta-2026"}, TEAMS[1]], "send one cache_salt 'beta-2026'"),
     ([TEAMS[0] | {"bucket": "lmcache"}, TEAMS[1]], "is the site bucket 'lmcache'"),
     ([TEAMS[0] | {"bucket": "shared"}, TEAMS[1] | {"bucket": "shared"}],
      "teams 'alpha' and 'beta' share bucket 'shared'"),
-    (TEAMS + [{"name": "gamma", "models": ["Qwen/Qwen3-4B"]}],
+    ([*TEAMS, {"name": "gamma", "models": ["Qwen/Qwen3-4B"]}],
      "team 'gamma' lists 'Qwen/Qwen3-4B', which no vllm host serves"),
 ])
 def test_team_rules_refuse_in_the_teams_file(tmp_path: Path, teams: list[dict[str, Any]],
