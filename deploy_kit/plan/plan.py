@@ -432,7 +432,7 @@ def build_plan(site: Site) -> Plan:
         restarts=restarts,
         routing=routing,
         sharing_groups=tenancy.sharing_groups(site),
-        teams=tenancy.teams(site),
+        teams=tenancy.teams(site, lambda bucket: cache_bytes(site, bucket)),
         warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts)
         + tenancy.warnings(site),
     )

@@ -4,6 +4,7 @@ quota), each bucket's quota, and what a team on in-process hosts does not get.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from deploy_kit.config import s3_identities
@@ -60,25 +61,24 @@ def sharing_groups(site: Site) -> list[SharingGroupPlan]:
     return out
 
 
-def bucket_quota(site: Site, bucket: str) -> int:
-    """A bucket's quota. A team's: its quota_bytes when set (0: none), else the bytes `plan`
-    computes for the models its hosts serve. Any other bucket (the site's, a sharing
-    group's): ceph_rgw_s3_quota_bytes when set (0: none), else the bytes `plan` computes for
-    the models served in it. 0 when no model is known."""
-    from deploy_kit.plan.plan import cache_bytes  # plan.py shows this module's plans
-
+def bucket_quota(site: Site, bucket: str, sized: Callable[[str], int]) -> int:
+    """A bucket's quota. A team's: its quota_bytes when set (0: none), else `sized` (the
+    bytes `plan` computes for the models its hosts serve). Any other bucket (the site's, a
+    sharing group's): ceph_rgw_s3_quota_bytes when set (0: none), else `sized` (the models
+    served in it). 0 when no model is known."""
     s = site.settings
     team = next((t for t in s.teams if team_bucket(t, s.deploykit_s3_bucket) == bucket), None)
     explicit = team.quota_bytes if team is not None else s.ceph_rgw_s3_quota_bytes
     if explicit is not None:
         return explicit
     try:
-        return cache_bytes(site, bucket)
+        return sized(bucket)
     except (ValueError, KeyError):  # a model plan cannot size: no quota rather than no render
         return 0
 
 
-def teams(site: Site) -> list[TeamPlan]:
+def teams(site: Site, sized: Callable[[str], int]) -> list[TeamPlan]:
+    """Each team with its bucket's quota (`sized`: plan's bytes for a bucket's models)."""
     s = site.settings
     out = []
     for team in s.teams:
@@ -86,7 +86,7 @@ def teams(site: Site) -> list[TeamPlan]:
         out.append(TeamPlan(
             name=team.name, bucket=bucket,
             uid=s3_identities.team_uid(s.ceph_rgw_s3_user, team.name), salt=team.salt,
-            quota_bytes=bucket_quota(site, bucket),
+            quota_bytes=bucket_quota(site, bucket, sized),
             hosts=[h.name for h in site.group("vllm")
                    if h.config.team is not None and h.config.team.name == team.name]))
     return out

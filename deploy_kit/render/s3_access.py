@@ -129,9 +129,11 @@ def bucket_policy(bucket: str, ids: Sequence[Identity], legacy: str) -> dict[str
 
 def quota_bytes(site: Site, bucket: str | None = None) -> int:
     """A bucket's quota (default: the site bucket's; plan/tenancy.py says how)."""
+    from deploy_kit.plan.plan import cache_bytes
     from deploy_kit.plan.tenancy import bucket_quota
 
-    return bucket_quota(site, bucket or site.settings.deploykit_s3_bucket)
+    return bucket_quota(site, bucket or site.settings.deploykit_s3_bucket,
+                        lambda name: cache_bytes(site, name))
 
 
 def buckets(site: Site) -> list[dict[str, Any]]:
