@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -162,11 +163,14 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     return plans
 
 
-def cache_bytes(site: Site, bucket: str | None = None) -> int:
-    """The bytes every model's deploykit_cache_target_tokens needs in `bucket` (None: in
-    every bucket; 0: none known)."""
+def cache_bytes(site: Site, hosts: Collection[str] | None = None,
+                bucket: str | None = None) -> int:
+    """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known);
+    with `hosts`, only the models those hosts serve; with `bucket`, only those served in
+    that bucket (a model plan is one bucket's: a model in two buckets is stored in each)."""
     return sum(m.storage_bytes for m in _model_plans(site)
-               if bucket is None or m.bucket == bucket)
+               if (hosts is None or not set(m.hosts).isdisjoint(hosts))
+               and (bucket is None or m.bucket == bucket))
 
 
 def serving_groups(site: Site) -> list[ServingGroupPlan]:
@@ -432,7 +436,7 @@ def build_plan(site: Site) -> Plan:
         restarts=restarts,
         routing=routing,
         sharing_groups=tenancy.sharing_groups(site),
-        teams=tenancy.teams(site, lambda bucket: cache_bytes(site, bucket)),
+        teams=tenancy.teams(site, lambda bucket: cache_bytes(site, bucket=bucket)),
         warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts)
         + tenancy.warnings(site),
     )

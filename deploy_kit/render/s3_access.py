@@ -133,7 +133,7 @@ def quota_bytes(site: Site, bucket: str | None = None) -> int:
     from deploy_kit.plan.tenancy import bucket_quota
 
     return bucket_quota(site, bucket or site.settings.deploykit_s3_bucket,
-                        lambda name: cache_bytes(site, name))
+                        lambda name: cache_bytes(site, bucket=name))
 
 
 def buckets(site: Site) -> list[dict[str, Any]]:

@@ -86,7 +86,10 @@ def test_two_teams_get_two_identities_buckets_policies_and_quotas(tmp_path: Path
     assert not any("Bucket" in a and a != "s3:ListBucket" for s in
                    buckets["lmcache-alpha"]["policy"]["Statement"] for a in s["Action"])
     # quotas: alpha's from plan (its bucket's models), beta's set, the site bucket's none
-    assert buckets["lmcache-alpha"]["quota_bytes"] == cache_bytes(site, "lmcache-alpha") > 0
+    assert buckets["lmcache-alpha"]["quota_bytes"] == cache_bytes(site, bucket="lmcache-alpha") > 0
+    # the same bytes as the team's hosts' models (how the LMCache quota sizes a team)
+    assert cache_bytes(site, {"gpu-h100-1", "gpu-h100-2"}) == \
+        buckets["lmcache-alpha"]["quota_bytes"]
     assert buckets["lmcache-beta"]["quota_bytes"] == BETA_QUOTA
     assert buckets["lmcache"]["quota_bytes"] == 0
 
