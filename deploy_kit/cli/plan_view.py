@@ -56,6 +56,23 @@ def _show_hosts(plan: Plan, console: Console, per_host: bool) -> None:
         console.print(f"  {_hosts(names)}: {escape(note)}")
 
 
+def _show_tenancy(plan: Plan, console: Console) -> None:
+    """Each bucket's sharing group (one key format per bucket) and each team."""
+    for g in plan.sharing_groups:
+        owner = f"team {g.team}" if g.team else "no team"
+        console.print(f"[bold]Bucket[/] [cyan]{g.bucket}[/] ({owner}, {g.topology}): "
+                      f"{_hosts(g.hosts)}; keys {escape(g.key_format)}")
+    if not plan.teams:
+        return
+    table = Table(title="Teams", title_justify="left")
+    for col in ("team", "bucket", "RGW user", "cache_salt", "quota", "hosts"):
+        table.add_column(col)
+    for t in plan.teams:
+        quota = human_bytes(t.quota_bytes) if t.quota_bytes else "none"
+        table.add_row(t.name, t.bucket, t.uid, t.salt, quota, _hosts(t.hosts) or "-")
+    console.print(table)
+
+
 def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
     """The plan for people: host lists as Ansible ranges, identical serving hosts and
     per-host warnings folded into one line each (per_host: a table row per host)."""
@@ -91,6 +108,7 @@ def show_plan(plan: Plan, console: Console, per_host: bool = False) -> None:
     d = plan.dns
     if plan.site.get("consul"):
         console.print(plan.site["consul"])
+    _show_tenancy(plan, console)
     console.print(f"[bold]DNS[/] {' and '.join(d['names'])} → {d['expected_a_records']} A records "
                   f"({', '.join(d['addresses'])}) from {', '.join(d['servers'])}")
     for g in plan.serving_groups:

@@ -25,8 +25,9 @@ def endpoint_url(c: HostConfig) -> str:
 
 
 def remote_url(c: HostConfig) -> str:
-    """LMCache sends everything after s3:// as the Host header: virtual-hosted bucket."""
-    return f"s3://{c.deploykit_s3_bucket}.{endpoint_host(c)}"
+    """LMCache sends everything after s3:// as the Host header: virtual-hosted bucket, the
+    host's sharing group's (its team's, lmcache_s3_bucket, else the site bucket)."""
+    return f"s3://{c.cache_bucket}.{endpoint_host(c)}"
 
 
 def aws_profile(c: HostConfig) -> str:

@@ -27,6 +27,7 @@ from deploy_kit.config import (
     rules_serving,
     rules_site,
     rules_storage,
+    rules_teams,
     rules_tls,
 )
 from deploy_kit.config.rulebook import Rule
@@ -37,7 +38,8 @@ from deploy_kit.core.errors import Problem
 # rules_inventory.RAW_RULES, check the files before a Site exists)
 FAMILIES = (rules_site, rules_lmcache, rules_storage, rules_dns, rules_ports, rules_secrets,
             rules_tls, rules_accelerators, rules_serving, rules_paths, rules_network,
-            rules_downloads, rules_monitoring, rules_cache, rules_router, rules_encryption)
+            rules_downloads, rules_monitoring, rules_cache, rules_router, rules_encryption,
+            rules_teams)
 RULES: tuple[Rule, ...] = tuple(check for family in FAMILIES for check in family.RULES)
 
 

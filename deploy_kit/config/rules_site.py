@@ -92,22 +92,27 @@ def gateways_agree(site: Site) -> Iterator[Problem]:
 
 @rule
 def sharing_hosts_agree(site: Site) -> Iterator[Problem]:
-    """Hosts of one model share keys only with one seed, model, TP, dtype and chunk. Hosts
-    of different models share none: LMCache's keys start with the model (vLLM's --model),
-    and each model's S3 identity may touch its own prefix only (config/s3_identities.py)."""
+    """Hosts of one model in one bucket (a sharing group: c.cache_bucket) share keys only
+    with one seed, model, TP, dtype, chunk, topology and encryption. Hosts of different
+    models share none: LMCache's keys start with the model (vLLM's --model), and each
+    model's S3 identity may touch its own prefix only (config/s3_identities.py). Hosts in
+    different buckets share nothing, so they may differ: Gaudi3 hosts in-process in a bucket
+    of their own beside CUDA/ROCm hosts on the server topology (docs/teams.md)."""
     keys = ("vllm_python_hash_seed", "vllm_model", "vllm_tensor_parallel_size",
             "vllm_pipeline_parallel_size", "vllm_kv_cache_dtype", "lmcache_chunk_size",
+            # the encryption settings too, across models: rules_encryption (per bucket)
             "lmcache_mode", "lmcache_topology", *IDENTITY_KEYS)
-    by_model: dict[str, list[Host]] = {}
+    by_group: dict[tuple[str, str], list[Host]] = {}
     for host in site.group("vllm"):
-        by_model.setdefault(host.config.model_path_on_host, []).append(host)
-    for hosts in by_model.values():
-        yield from _sharing_one_model(site, hosts, keys)
+        c = host.config
+        by_group.setdefault((c.cache_bucket, c.model_path_on_host), []).append(host)
+    for (bucket, _), hosts in by_group.items():
+        yield from _sharing_one_model(site, hosts, keys, bucket)
 
 
-def _sharing_one_model(site: Site, hosts: list[Host], keys: tuple[str, ...]
+def _sharing_one_model(site: Site, hosts: list[Host], keys: tuple[str, ...], bucket: str
                        ) -> Iterator[Problem]:
-    yield from _agree(site, hosts, keys, "every vllm host of a model")
+    yield from _agree(site, hosts, keys, f"every vllm host of a model in bucket {bucket!r}")
     # the key format: in-process keys (<model>@<world>@<rank>@<hash>@<dtype>)
     # and the server's (<model>@<kv_rank>@<group>@<hash>) never match, and a new
     # LMCache series may change either (deploy_kit/cache/keys.py)
@@ -119,7 +124,8 @@ def _sharing_one_model(site: Site, hosts: list[Host], keys: tuple[str, ...]
             if series[host.name] != majority:
                 yield Problem(_src(site, host, "lmcache_version"), "lmcache_version",
                               f"{host.name} runs LMCache {series[host.name]}.x, others "
-                              f"{majority}.x (object keys differ between series)",
+                              f"{majority}.x in bucket {bucket!r} (object keys differ "
+                              "between series)",
                               "use one LMCache series on every vllm host (cache keys would "
                               "not match)", hosts=(host.name,))
 

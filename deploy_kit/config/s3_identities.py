@@ -1,4 +1,11 @@
-"""One S3 identity per model (pure): its RGW uid, and the key prefixes its chunks have.
+"""The serving identities (pure): one per team (docs/teams.md), and one per model for the
+hosts in no team; each one's RGW uid, the buckets it is granted in and the key prefixes its
+chunks have.
+
+A team's hosts hold its identity, `<owner>-team-<name>`, whatever models they serve: the
+team's bucket is the team's alone (rules_teams), so the identity is granted the whole bucket
+and nothing anywhere else. The rest of this docstring is about the per-model identities of
+hosts in no team, which share a bucket with other models' hosts.
 
 LMCache has no setting for a key prefix: the in-process connector sends the key as the
 whole request path (0.5.6 s3_connector.py `_format_safe_path`, research/lmcache-vllm-facts.md
@@ -23,15 +30,17 @@ owner's, `-serving-`, the model string made safe, and a digest of the exact mode
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass
 
-from deploy_kit.config.models import HostConfig
+from deploy_kit.config.models import HostConfig, team_bucket
 from deploy_kit.config.names import LEASE_PREFIX
 from deploy_kit.config.site import Host, Site
 
 SERVING_INFIX = "-serving-"
+TEAM_INFIX = "-team-"
 # the uid before per-model identities: one for the whole site (removed by `up`)
 LEGACY_SUFFIX = "-serving"
 # what ceph_rgw_s3_user allows (config/models.py _ACCOUNT): the same bound for every uid
@@ -47,14 +56,17 @@ RESERVED_PREFIXES = (LEASE_PREFIX, "deploykit-verify-probe")
 
 @dataclass(frozen=True)
 class Identity:
-    """A model's serving identity: its uid, the model string LMCache keys it by, the key
-    prefixes its hosts write, and those hosts."""
+    """A serving identity: its uid, the model string LMCache keys it by (a team's: its
+    first), the key prefixes its hosts write, those hosts, the buckets it is granted in, and
+    its team (None: a model's identity, granted its prefixes only)."""
 
     uid: str
     model: str
     slug: str
     prefixes: tuple[str, ...]
     hosts: tuple[str, ...]
+    buckets: tuple[str, ...] = ()
+    team: str | None = None
 
 
 def model_key(c: HostConfig) -> str:
@@ -99,6 +111,18 @@ def serving_uid(owner: str, model: str) -> str:
     return f"{owner}{SERVING_INFIX}{serving_slug(owner, model)}"
 
 
+def team_uid(owner: str, team: str) -> str:
+    return f"{owner}{TEAM_INFIX}{team}"
+
+
+def host_uid(c: HostConfig) -> str:
+    """The uid whose keys a serving host holds: its team's, else its model's."""
+    team = c.team
+    if team is not None:
+        return team_uid(c.ceph_rgw_s3_user, team.name)
+    return serving_uid(c.ceph_rgw_s3_user, model_key(c))
+
+
 def legacy_uid(owner: str) -> str:
     return f"{owner}{LEGACY_SUFFIX}"
 
@@ -109,18 +133,38 @@ def serving_hosts(site: Site) -> list[Host]:
 
 
 def identities(site: Site) -> list[Identity]:
-    """One identity per model string, in the order its first host comes in the inventory."""
+    """One identity per team with serving hosts and per model string of the hosts in no
+    team, in the order its first host comes in the inventory. A model served in two
+    buckets (two sharing groups) is one identity, granted in each."""
     owner = site.settings.ceph_rgw_s3_user
-    found: dict[str, tuple[list[str], list[str]]] = {}
+    found: dict[str, tuple[Identity, list[str], list[str], list[str]]] = {}
     for host in serving_hosts(site):
-        prefixes, hosts = found.setdefault(model_key(host.config), ([], []))
-        prefixes.extend(p for p in layout_prefixes(host.config) if p not in prefixes)
+        c = host.config
+        team = c.team
+        if team is not None:
+            first = Identity(team_uid(owner, team.name), model_key(c),
+                             TEAM_INFIX.strip("-") + "-" + team.name, (), (), team=team.name)
+        else:
+            model = model_key(c)
+            first = Identity(serving_uid(owner, model), model, serving_slug(owner, model),
+                             (), ())
+        _, prefixes, hosts, buckets = found.setdefault(first.uid, (first, [], [], []))
+        prefixes.extend(p for p in layout_prefixes(c) if p not in prefixes)
         hosts.append(host.name)
-    out = []
-    for model, (prefixes, hosts) in found.items():
-        out.append(Identity(serving_uid(owner, model), model, serving_slug(owner, model),
-                            tuple(sorted(prefixes)), tuple(hosts)))
-    return out
+        if c.cache_bucket not in buckets:
+            buckets.append(c.cache_bucket)
+    return [dataclasses.replace(first, prefixes=tuple(sorted(prefixes)), hosts=tuple(hosts),
+                                buckets=tuple(buckets))
+            for first, prefixes, hosts, buckets in found.values()]
+
+
+def bucket_names(site: Site) -> list[str]:
+    """Every bucket `up` creates: the site bucket (it holds the site lock, ops/site_lock.py,
+    whether or not a host caches in it), each team's, then each sharing group's bucket."""
+    s = site.settings
+    names = [s.deploykit_s3_bucket, *(team_bucket(t, s.deploykit_s3_bucket) for t in s.teams)]
+    names += [h.config.cache_bucket for h in serving_hosts(site)]
+    return list(dict.fromkeys(names))
 
 
 def uid_of(site: Site) -> dict[str, str]:
@@ -135,8 +179,10 @@ def lease_prefix(identity_slug: str) -> str:
 
 
 def overlaps(site: Site) -> list[tuple[Identity, str, Identity, str]]:
-    """Pairs of identities where a prefix of one starts another's: the first could write
-    the second's chunks (a NIXL prefix ends in `_`, which a longer model name may extend)."""
-    ids = identities(site)
-    return [(a, pa, b, pb) for a in ids for b in ids if a is not b
+    """Pairs of model identities of one bucket where a prefix of one starts another's: the
+    first could write the second's chunks (a NIXL prefix ends in `_`, which a longer model
+    name may extend). A team's identity has its bucket to itself (rules_teams)."""
+    ids = [i for i in identities(site) if i.team is None]
+    return [(a, pa, b, pb) for a in ids for b in ids
+            if a is not b and set(a.buckets) & set(b.buckets)
             for pa in a.prefixes for pb in b.prefixes if pb.startswith(pa)]

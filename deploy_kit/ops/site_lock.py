@@ -70,7 +70,9 @@ def lock_dir() -> Path:
 def identity(site: Site) -> str:
     """What makes two inventories one site: the S3 name its clients use, its bucket and its
     Consul datacenter (site-wide values the rules hold to one value), not the directory a
-    checkout happens to sit in."""
+    checkout happens to sit in. The site bucket only, not the teams' or sharing groups':
+    those are per-host or come and go with `teams`, and adding a team must not make the
+    same site a second one with a second lock."""
     c = site.settings
     return json.dumps({"s3": c.deploykit_s3_fqdn.lower(), "bucket": c.deploykit_s3_bucket,
                        "datacenter": c.consul_datacenter.lower()}, sort_keys=True)

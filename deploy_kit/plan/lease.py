@@ -43,10 +43,17 @@ def restart_enabled(site: Site, host: Host) -> bool:
 
 
 def lease_key(host: Host) -> str:
-    """The lease of this host's model (its slots are under it, by failure domain)."""
+    """The lease of this host's model (its slots are under it, by failure domain), in the
+    host's cache bucket (render/self_heal.py): a model served in two buckets has a lease in
+    each, shared by that bucket's hosts only."""
     c = host.config
     slug = s3_identities.serving_slug(c.ceph_rgw_s3_user, s3_identities.model_key(c))
     return s3_identities.lease_prefix(slug) + LEASE_NAME
+
+
+def _where(host: Host) -> str:
+    """A lease's bucket and key: the hosts sharing one lease object."""
+    return f"{host.config.cache_bucket}/{lease_key(host)}"
 
 
 def lease_ttl(host: Host) -> int:
@@ -73,14 +80,14 @@ def _leases(site: Site) -> tuple[dict[str, list[Host]], dict[str, int]]:
         groups: dict[str, list[Host]] = {}
         for other in site.group("vllm"):
             if applies(other):
-                groups.setdefault(lease_key(other), []).append(other)
+                groups.setdefault(_where(other), []).append(other)
         _groups = (site, groups, {})
     return _groups[1], _groups[2]
 
 
 def lease_group(site: Site, host: Host) -> list[Host]:
     """The hosts that share this host's lease (its model's agents in its failure domain)."""
-    return _leases(site)[0].get(lease_key(host), [host])
+    return _leases(site)[0].get(_where(host), [host])
 
 
 def sized_slots(hosts: int) -> int:
@@ -91,7 +98,7 @@ def sized_slots(hosts: int) -> int:
 def slots(site: Site, host: Host) -> int:
     """Each pool's slots for this host's lease: lmcache_scheduled_restart_slots where a host
     of the lease sets it (the largest), else sized from the hosts sharing the lease."""
-    key = lease_key(host)
+    key = _where(host)
     groups, known = _leases(site)
     if key not in known:
         group = groups.get(key, [host])

@@ -12,6 +12,7 @@ from deploy_kit.config.instances import instance_count
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.names import remote_url
 from deploy_kit.config.rules_accelerators import accelerator_wheels_available, torch_pairing
+from deploy_kit.config.s3_identities import bucket_names
 from deploy_kit.config.site import Host, Site
 from deploy_kit.core import compat
 from deploy_kit.core.geometry import (
@@ -20,7 +21,7 @@ from deploy_kit.core.geometry import (
     chunk_layout,
     kv_dtype_bytes,
 )
-from deploy_kit.plan import roll, sizing
+from deploy_kit.plan import roll, sizing, tenancy
 from deploy_kit.plan.breakeven import (
     ServingGroupPlan,
     device_of,
@@ -56,6 +57,9 @@ class ModelPlan:
     hosts: list[str]
     # lmcache_l2_encryption: the AES-GCM frame in every object above (0: plaintext)
     l2_frame_bytes: int = 0
+    # the bucket these hosts share (their sharing group): a model served in two buckets is
+    # stored, and sized, in each
+    bucket: str = ""
 
 
 @dataclass
@@ -114,6 +118,10 @@ class Plan:
     # where the site has routers, per serving group: where a repeated prefix is answered
     # with and without them (plan.routing: an estimate, its assumptions with it)
     routing: list[RoutingEstimate] = field(default_factory=list)
+    # each bucket's serving hosts (one key format per bucket) and each team's identity,
+    # bucket, salt and quota (plan.tenancy, docs/teams.md)
+    sharing_groups: list[tenancy.SharingGroupPlan] = field(default_factory=list)
+    teams: list[tenancy.TeamPlan] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,11 +140,12 @@ def _model_plans(site: Site) -> list[ModelPlan]:
     for host in site.group("vllm"):
         c = host.config
         key = (c.vllm_model, c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size,
-               c.vllm_kv_cache_dtype, c.lmcache_chunk_size, c.lmcache_l2_encryption)
+               c.vllm_kv_cache_dtype, c.lmcache_chunk_size, c.lmcache_l2_encryption,
+               c.cache_bucket)
         groups.setdefault(key, []).append(host)
     replicas = _data_pool_size(site)
     plans = []
-    for (model, tp, pp, kv_dtype, chunk, encrypted), hosts in sorted(groups.items()):
+    for (model, tp, pp, kv_dtype, chunk, encrypted, bucket), hosts in sorted(groups.items()):
         geometry = hosts[0].geometry
         if geometry is None:
             continue
@@ -159,15 +168,18 @@ def _model_plans(site: Site) -> list[ModelPlan]:
             chunk_bytes=layout.chunk_bytes, target_tokens=target, storage_bytes=storage,
             storage_raw_bytes=storage * replicas,
             object_name_pattern=f"{model.replace('/', '_')}@{world}@<rank>@<hash>@{dtype_name}",
-            hosts=sorted(h.name for h in hosts), l2_frame_bytes=frame))
+            hosts=sorted(h.name for h in hosts), l2_frame_bytes=frame, bucket=bucket))
     return plans
 
 
-def cache_bytes(site: Site, hosts: Collection[str] | None = None) -> int:
+def cache_bytes(site: Site, hosts: Collection[str] | None = None,
+                bucket: str | None = None) -> int:
     """The bucket bytes every model's deploykit_cache_target_tokens needs (0: none known);
-    with `hosts`, only the models those hosts serve."""
+    with `hosts`, only the models those hosts serve; with `bucket`, only those served in
+    that bucket (a model plan is one bucket's: a model in two buckets is stored in each)."""
     return sum(m.storage_bytes for m in _model_plans(site)
-               if hosts is None or not set(m.hosts).isdisjoint(hosts))
+               if (hosts is None or not set(m.hosts).isdisjoint(hosts))
+               and (bucket is None or m.bucket == bucket))
 
 
 def serving_groups(site: Site) -> list[ServingGroupPlan]:
@@ -442,7 +454,9 @@ def build_plan(site: Site) -> Plan:
         pools=[PoolPlan(p.name, p.pg_num, p.size, p.min_size, p.application) for p in pools],
         pg_replicas=load.total_pg_replicas,
         pgs_per_osd=load.pgs_per_osd,
-        dns={"names": [s.deploykit_s3_fqdn, f"{s.deploykit_s3_bucket}.{s.deploykit_s3_fqdn}"],
+        # CoreDNS answers the name and every <bucket>.<name>: each bucket's virtual host
+        dns={"names": [s.deploykit_s3_fqdn, *(f"{b}.{s.deploykit_s3_fqdn}"
+                                              for b in bucket_names(site))],
              "expected_a_records": sizing.expected_a_records(len(rgw)),
              "addresses": sorted(h.address for h in rgw),
              "servers": sorted(h.address for h in dns_servers)},
@@ -450,7 +464,10 @@ def build_plan(site: Site) -> Plan:
         serving_groups=groups,
         restarts=restarts,
         routing=routing,
-        warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts),
+        sharing_groups=tenancy.sharing_groups(site),
+        teams=tenancy.teams(site, lambda bucket: cache_bytes(site, bucket=bucket)),
+        warnings=_warnings(site, load.pgs_per_osd) + roll.warnings(restarts)
+        + tenancy.warnings(site),
     )
 
 

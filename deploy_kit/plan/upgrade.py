@@ -64,6 +64,9 @@ KEY_SPACE_SETTINGS: dict[str, str] = {
     "lmcache_remote_serde": "objects keep their names but another serialiser cannot read "
                             "them",
     "deploykit_s3_bucket": "another bucket holds none of the old objects",
+    # the host's sharing group (its team's bucket, lmcache_s3_bucket, else the site's): a
+    # host moved into a team or another group reads a bucket without its old objects
+    "cache_bucket": "another bucket holds none of the old objects",
 }
 
 

@@ -75,7 +75,7 @@ def _nixl_extra(c: HostConfig, geometry: ModelGeometry | None = None) -> dict[st
         "endpoint_override": endpoint_url(c),
         "scheme": "https" if c.deploykit_s3_tls else "http",
         "region": c.deploykit_s3_region,
-        "bucket": c.deploykit_s3_bucket,
+        "bucket": c.cache_bucket,
         # checksums only where S3 requires them, both ways, as in the AWS profile
         # (nixl src/utils/object/s3/utils.h: "required" -> WHEN_REQUIRED)
         "req_checksum": "required",

@@ -1,6 +1,11 @@
-"""Who may do what to the cache bucket: one serving identity per model, the bucket policy
-that holds each to its model's keys, the marker on what `up` creates, and the bucket quota
-(site-wide, pure).
+"""Who may do what to the cache buckets: the site bucket, each team's bucket and each
+sharing group's (lmcache_s3_bucket), the serving identities (one per team, one per model of
+the hosts in no team), each bucket's policy, the marker on what `up` creates, and each
+bucket's quota (site-wide, pure).
+
+A team's identity is granted its team's bucket whole, with s3:DeleteObject: LMCache's
+per-salt IsolatedLRU eviction deletes over-quota chunks from S3 (docs/teams.md), and no
+other identity is granted anything in that bucket, so a delete right harms no one else.
 
 The bucket's owner (ceph_rgw_s3_user) keeps every bucket-level right and its keys stay on
 the admin host. Serving hosts get other RGW users, not subusers: a subuser acts as its
@@ -17,15 +22,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deploy_kit.config.models import HostConfig
+from deploy_kit.config.models import HostConfig, team_bucket
 from deploy_kit.config.s3_identities import (
     RESERVED_PREFIXES,
     Identity,
+    bucket_names,
+    host_uid,
     identities,
     lease_prefix,
     legacy_uid,
-    model_key,
-    serving_uid,
     uid_of,
 )
 from deploy_kit.config.site import Site
@@ -57,9 +62,14 @@ BUCKET_ACTIONS = ["s3:ListBucket"]
 LIST_KEY = "s3:prefix"
 
 
+# a team's identity on its own bucket: LMCache's eviction deletes (IsolatedLRU over quota)
+TEAM_OBJECT_ACTIONS = sorted([*OBJECT_ACTIONS, "s3:DeleteObject"])
+
+
 def serving_user(c: HostConfig) -> str:
-    """The RGW user whose keys a serving host holds: its model's identity."""
-    return serving_uid(c.ceph_rgw_s3_user, model_key(c))
+    """The RGW user whose keys a serving host holds: its team's identity, else its
+    model's."""
+    return host_uid(c)
 
 
 def marker(site: Site) -> str:
@@ -78,8 +88,16 @@ def _objects(bucket: str, prefixes: Sequence[str]) -> list[str]:
 
 def identity_statements(bucket: str, identity: Identity) -> list[dict[str, Any]]:
     """One model's rights: its chunks and its lease (get, put, abort an upload), and a
-    listing under those prefixes only."""
+    listing under those prefixes only. A team's: every object of its bucket (delete too)
+    and any listing: nothing in the bucket is anyone else's, so a 404 tells no secret."""
     who = _principal(identity.uid)
+    if identity.team is not None:
+        return [
+            {"Sid": f"deploykit-{identity.slug}-objects", "Effect": "Allow", "Principal": who,
+             "Action": TEAM_OBJECT_ACTIONS, "Resource": [f"arn:aws:s3:::{bucket}/*"]},
+            {"Sid": f"deploykit-{identity.slug}-list", "Effect": "Allow", "Principal": who,
+             "Action": BUCKET_ACTIONS, "Resource": [f"arn:aws:s3:::{bucket}"]},
+        ]
     owned = [*identity.prefixes, lease_prefix(identity.slug)]
     return [
         {"Sid": f"deploykit-serving-{identity.slug}-objects", "Effect": "Allow",
@@ -109,29 +127,40 @@ def bucket_policy(bucket: str, ids: Sequence[Identity], legacy: str) -> dict[str
     return {"Version": "2012-10-17", "Statement": statements}
 
 
-def quota_bytes(site: Site) -> int:
-    """The bucket quota: ceph_rgw_s3_quota_bytes when set (0: none), else the bytes `plan`
-    computes for every model's deploykit_cache_target_tokens (0 when no model is known)."""
+def quota_bytes(site: Site, bucket: str | None = None) -> int:
+    """A bucket's quota (default: the site bucket's; plan/tenancy.py says how)."""
     from deploy_kit.plan.plan import cache_bytes
+    from deploy_kit.plan.tenancy import bucket_quota
 
+    return bucket_quota(site, bucket or site.settings.deploykit_s3_bucket,
+                        lambda name: cache_bytes(site, bucket=name))
+
+
+def buckets(site: Site) -> list[dict[str, Any]]:
+    """Each bucket's entry in site.json: its name, team (None: not a team's), the identities
+    granted in it, its policy and quota (the lifecycle is the site's, one for every bucket)."""
     s = site.settings
-    if s.ceph_rgw_s3_quota_bytes is not None:
-        return s.ceph_rgw_s3_quota_bytes
-    try:
-        return cache_bytes(site)
-    except (ValueError, KeyError):  # a model plan cannot size: no quota rather than no render
-        return 0
+    ids = identities(site)
+    teams = {team_bucket(t, s.deploykit_s3_bucket): t.name for t in s.teams}
+    out = []
+    for name in bucket_names(site):
+        granted = [i for i in ids if name in i.buckets]
+        out.append({"bucket": name, "team": teams.get(name),
+                    "serving_users": [i.uid for i in granted],
+                    "policy": bucket_policy(name, granted, legacy_uid(s.ceph_rgw_s3_user)),
+                    "quota_bytes": quota_bytes(site, name)})
+    return out
 
 
 def site_facts(site: Site) -> dict[str, Any]:
     """site.json's `s3` entry, read by the ceph_rgw_s3 and serving roles and by
     `secrets rotate s3`: every identity (created, rotated, removed by `down`), which one each
-    serving host holds, and the site-wide identity of old releases (`up` removes it)."""
+    serving host holds, the site-wide identity of old releases (`up` removes it), and every
+    bucket with its policy and quota."""
     s = site.settings
     ids = identities(site)
     return {"owner": s.ceph_rgw_s3_user, "serving_users": [i.uid for i in ids],
             "serving_user_of": uid_of(site), "legacy_serving_user": legacy_uid(
                 s.ceph_rgw_s3_user),
             "marker": marker(site), "adopt_existing": s.ceph_rgw_s3_adopt_existing,
-            "policy": bucket_policy(s.deploykit_s3_bucket, ids, legacy_uid(s.ceph_rgw_s3_user)),
-            "quota_bytes": quota_bytes(site)}
+            "buckets": buckets(site)}

@@ -125,7 +125,8 @@ def agent_config(site: Site, host: Host) -> dict[str, Any]:
         # a tripped host asks S3 every lock_poll for this long in one run (then the timer)
         "outage_wait": 600,
         "lease_ttl": lease_ttl(host),
-        "bucket": c.deploykit_s3_bucket,
+        # the host's own sharing group's bucket: the only one its keys may write
+        "bucket": c.cache_bucket,
         "lease_key": lease_key(host),
         "domain": DOMAIN,
         "slots": slots(site, host),

@@ -290,7 +290,10 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
         except (OSError, ValueError) as exc:  # s3-tls-certificate reports the missing CA
             obs.probe_errors.append(f"site CA: {exc}")
             return []
-    host_header = f"{obs.bucket}.{obs.fqdn}"
+    # each host signs for its own sharing group's bucket (its team's, lmcache_s3_bucket or
+    # the site's): its keys are granted nothing in any other
+    site_header = f"{obs.bucket}.{obs.fqdn}"
+    headers = {h.name: f"{h.config.cache_bucket}.{obs.fqdn}" for h in site.group("vllm")}
     healthy = [c.address for c in obs.concentrators if c.health_status == 200] or reached
     if not healthy:
         return []
@@ -300,15 +303,16 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
         assert host.credentials is not None
         creds = Credentials(host.credentials["access_key"], host.credentials["secret_key"])
         jobs.append((creds, pool.submit(s3_probe.auth, healthy[i % len(healthy)], port,
-                                        host_header, region, creds, host.name, context,
-                                        prefixes.get(host.name, ""))))
+                                        headers.get(host.name, site_header), region, creds,
+                                        host.name, context, prefixes.get(host.name, ""))))
     results = [j.result() for _, j in jobs]
     good = next((c for (c, _), r in zip(jobs, results, strict=True)
                  if r.auth_status == 200), None)
     for host in obs.serving:
         if host.reachable and host.lmcache_yaml is not None and not host.credentials and \
                 str(host.lmcache_yaml.get("remote_url", "")).startswith("s3://"):
-            results.append(S3Probe(address="-", host_header=host_header,
+            results.append(S3Probe(address="-",
+                                   host_header=headers.get(host.name, site_header),
                                    credentials_from=host.name,
                                    error="no credentials profile on the host"))
     creds_of = {h.name: Credentials(h.credentials["access_key"], h.credentials["secret_key"])
@@ -319,11 +323,12 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
     if good is None:
         return results
     source = next(r.credentials_from for r in results if r.auth_status == 200)
+    host_header = headers.get(source, site_header)
     obs.privilege = privilege_probe.probe(healthy[0], port, host_header, region, good, source,
                                           context, prefixes.get(source, ""))
     signed = {r.credentials_from: c for (c, _), r in zip(jobs, results, strict=False)
               if r.auth_status == 200}
-    obs.isolation = _isolation(site, signed, (healthy[0], port, host_header, region), context)
+    obs.isolation = _isolation(site, signed, (healthy[0], port, obs.fqdn, region), context)
     trips = [pool.submit(s3_probe.roundtrip,
                          S3Probe(address=a, host_header=host_header,
                                  credentials_from="round trip", purpose="roundtrip"),
@@ -338,25 +343,30 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
 NO_MODEL_PREFIX = "deploykit-verify-no-model/"
 
 
-def _isolation(site: Site, signed: dict[str, Credentials], where: tuple[str, int, str, str],
+def _isolation(site: Site, signed: dict[str, Credentials], at: tuple[str, int, str, str],
                context: ssl.SSLContext | None) -> list[IsolationProbe]:
-    """Each model's identity (the keys of its first host that signed) against every other
-    model's keys: the first key that model stored (listed with its own keys), else a
+    """Each identity (the keys of its first host that signed) against every other
+    identity's keys, in that identity's bucket (a team's keys against another team's
+    bucket): the first key that identity stored (listed with its own keys), else a
     made-up one under its prefix."""
+    address, port, fqdn, region = at
     found = []
     models = identities(site)
     for model in models:
         host = next((h for h in model.hosts if h in signed), None)
         if host is None:
             continue
-        if len(models) == 1:  # one model: a prefix no model owns is as foreign
+        own = (address, port, f"{model.buckets[0]}.{fqdn}", region)
+        # one model: a prefix no model owns is as foreign (a team's bucket is all its own)
+        if len(models) == 1 and model.team is None:
             found.append(privilege_probe.isolation(
-                *where, IsolationProbe(model.uid, host, model.prefixes[0], "no model",
-                                       NO_MODEL_PREFIX), signed[host], None, context))
+                *own, IsolationProbe(model.uid, host, model.prefixes[0], "no model",
+                                     NO_MODEL_PREFIX), signed[host], None, context))
         for other in models:
             their = next((h for h in other.hosts if h in signed), None)
             if other.uid == model.uid:
                 continue
+            where = (address, port, f"{other.buckets[0]}.{fqdn}", region)
             for prefix in other.prefixes:
                 try:
                     target = privilege_probe.first_key(*where, signed[their], prefix, context) \

@@ -158,8 +158,8 @@ def _names_finding(host: Host, result: Mapping[str, object]) -> Finding:
 
 def _path(c: HostConfig) -> str:
     if c.lmcache_mode == "nixl":
-        return f"NIXL {c.lmcache_nixl_backend} at {names.endpoint_url(c)}/{c.deploykit_s3_bucket}"
-    return f"{c.deploykit_s3_bucket}.{c.deploykit_s3_fqdn}"
+        return f"NIXL {c.lmcache_nixl_backend} at {names.endpoint_url(c)}/{c.cache_bucket}"
+    return f"{c.cache_bucket}.{c.deploykit_s3_fqdn}"
 
 
 def _as_store(host: Host, store: str | None) -> Host:

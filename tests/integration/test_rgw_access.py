@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from deploy_kit.config.s3_identities import Identity, legacy_uid, serving_uid
+from deploy_kit.config.s3_identities import Identity, legacy_uid, serving_uid, team_uid
 from deploy_kit.render.s3_access import bucket_policy
 from deploy_kit.transport.sigv4 import Credentials, request
 from deploy_kit.verify.checks.s3_privilege import CHECK, ISOLATION
@@ -504,3 +504,49 @@ def test_rotate_s3_adds_and_prunes_a_key_on_every_models_identity(
     finally:
         for uid in (owner, *uids):
             admin(conf, "user", "rm", "--uid", uid)
+
+
+# two teams (docs/teams.md): each its identity and bucket, granted the whole bucket
+TEAM_A, TEAM_B = (Identity(team_uid(OWNER, t), MODEL_A, f"team-{t}", ("Qwen_Qwen3-8B@",),
+                           (f"gpu-{t}",), (f"dk-team-{t}",), team=t) for t in ("red", "blue"))
+
+
+@pytest.fixture(scope="module")
+def teams(loopback: Loopback, identities: dict[str, Credentials],  # noqa: F811
+          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Credentials]:
+    """Each team's user and bucket (tag, lifecycle, its own policy), as `up` makes them."""
+    conf, tmp = loopback.conf, tmp_path_factory.mktemp("teams")
+    keys = ansible_module("deploykit_rgw_user", owner_args(conf, OWNER))["keys"]
+    found = {}
+    for team in (TEAM_A, TEAM_B):
+        made = ansible_module("deploykit_rgw_user", owner_args(conf, team.uid, max_buckets=-1))
+        found[team.uid] = Credentials(made["keys"]["access_key"], made["keys"]["secret_key"])
+        bucket = team.buckets[0]
+        done = ansible_module("deploykit_s3_bucket", bucket_args(
+            keys, bucket=bucket, policy=bucket_policy(bucket, [team], legacy_uid(OWNER))),
+            secrets=secrets(keys), tmp=tmp)
+        assert done["created"], done
+    return found
+
+
+def test_a_teams_keys_work_in_its_bucket_only(teams: dict[str, Credentials]) -> None:
+    """Team red's keys (a red host, compromised) on blue's bucket: no read, write, list or
+    delete, whatever the key; on red's own bucket all of them, delete included (LMCache's
+    per-salt eviction deletes)."""
+    red, blue = teams[TEAM_A.uid], teams[TEAM_B.uid]
+    mine, theirs = TEAM_A.buckets[0], TEAM_B.buckets[0]
+    chunk = f"/{CHUNK_A}@salt-blue"
+    assert s3(blue, "PUT", chunk, bucket=theirs, body=b"blue")[0] == 200
+    assert s3(red, "GET", chunk, bucket=theirs)[0] == 403
+    assert s3(red, "PUT", chunk, bucket=theirs, body=b"poison")[0] == 403
+    assert s3(red, "GET", "/", bucket=theirs, query=listing(""))[0] == 403
+    assert s3(red, "DELETE", chunk, bucket=theirs)[0] == 403
+    assert s3(blue, "GET", chunk, bucket=theirs) == (200, b"blue")
+    # and nothing in the site bucket either (the team is granted its own bucket only)
+    assert s3(red, "GET", "/", query=listing(A.prefixes[0]))[0] == 403
+    own = f"/{CHUNK_A}@salt-red"
+    assert s3(red, "PUT", own, bucket=mine, body=b"red")[0] == 200
+    assert s3(red, "GET", own, bucket=mine) == (200, b"red")
+    assert s3(red, "GET", "/", bucket=mine, query=listing(""))[0] == 200
+    assert s3(red, "DELETE", own, bucket=mine)[0] == 204
+    assert s3(red, "PUT", "/", bucket=mine, query="policy=", body=b"{}")[0] == 403

@@ -274,7 +274,8 @@ def test_an_explicit_l1_below_one_request_is_refused(make_inventory: InventoryFa
 
 # --- 5. one key format per sharing group ----------------------------------------------------
 
-def test_one_server_host_among_inprocess_hosts_is_refused(tmp_path: object) -> None:
+def test_one_inprocess_host_among_server_hosts_of_a_bucket_is_refused(tmp_path: object
+                                                                     ) -> None:
     import shutil
     from pathlib import Path
 
@@ -282,12 +283,13 @@ def test_one_server_host_among_inprocess_hosts_is_refused(tmp_path: object) -> N
     shutil.copytree(EXAMPLE, root)
     hosts = (root / "hosts.yml").read_text().replace(
         "gpu-h100-2: {ansible_host: 10.67.68.12}",
-        "gpu-h100-2: {ansible_host: 10.67.68.12, lmcache_topology: server}")
+        "gpu-h100-2: {ansible_host: 10.67.68.12, lmcache_topology: inprocess}")
     (root / "hosts.yml").write_text(hosts)
     with pytest.raises(InventoryError) as exc:
         open_site(str(root))
     [p] = [p for p in exc.value.problems if p.key == "lmcache_topology"]
-    assert p.message == "gpu-h100-2 has 'server', others have 'inprocess'"
+    assert p.message == "gpu-h100-2 has 'inprocess', others have 'server'"
+    assert "in bucket 'lmcache'" in p.fix
 
 
 def test_two_lmcache_series_in_one_group_are_refused(make_inventory: InventoryFactory) -> None:

@@ -99,9 +99,11 @@ def test_plan_shows_the_estimate_labelled_with_its_assumptions_once() -> None:
     text = " ".join(console.export_text().split())  # titles wrap to their table's width
     assert text.count("Routing estimate (not measured)") == 1 and len(plan.routing) == 3
     assert "16 instances on 4 hosts, prefixaware on 2 router(s)" in text
-    assert ("│ Qwen/Qwen3-32B on h100 (S3 from 19,601 tokens) │ 4K–16K │ 6% HBM/L1, 94% "
-            "recompute │ 100% HBM/L1 │ 53% HBM/L1, 47% recompute │") in text
-    assert "│ │ 32K–128K │ 6% HBM/L1, 94% S3 │ 100% HBM/L1 │ 53% HBM/L1, 47% S3 │" in text
+    # the CUDA/ROCm hosts run the LMCache server: a host's instances share its L1
+    assert ("│ Qwen/Qwen3-32B on h100 (S3 from 19,601 tokens) │ 4K–16K │ 6% HBM/L1, 14% host "
+            "L1, 80% recompute │ 100% HBM/L1 │ 53% HBM/L1, 7% host L1, 40% recompute │") in text
+    assert ("│ │ 32K–128K │ 6% HBM/L1, 14% host L1, 80% S3 │ 100% HBM/L1 │ 53% HBM/L1, 7% host "
+            "L1, 40% S3 │") in text
     assert "│ Qwen/Qwen3-32B on gaudi3 (S3 from 87,281 tokens) │ 4K–64K │" in text
     assert text.count("assumes the holder (the instance that served the prefix first) still "
                       "keeps it") == 1

@@ -282,14 +282,19 @@ def test_the_roles_write_only_paths_the_converge_record_watches() -> None:
                 value = settings[host_name][name]
                 values = [value] if isinstance(value, str) else list(value.values())
                 assert set(values) <= set(watch["units"]), (host_name, name)
-    serving = settings["gpu-h100-1"]["_deploykit_converged"]["paths"]
+    serving = settings["gaudi3-1"]["_deploykit_converged"]["paths"]
     for path in ("/etc/deploykit/aws/credentials", "/etc/deploykit/lmcache.yaml",
                  "/etc/deploykit/vllm.env", "/etc/deploykit/serving-env.lock-sha256"):
         assert path in serving, path
     assert any(p.endswith("/.deploykit-wheelhouse") for p in serving)
-    # the example: in-process (its fleet has gaudi3), four instances on 8 GPUs at TP 2
-    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_units"] == [
+    # the example's Gaudi3 host: in-process, four instances on 8 devices at TP 2; its H100
+    # hosts run the LMCache server, which holds the breaker
+    assert settings["gaudi3-1"]["_deploykit_converged"]["breaker_units"] == [
         "vllm", "vllm-1", "vllm-2", "vllm-3"]
+    assert "/etc/deploykit/lmcache-server.env" in \
+        settings["gpu-h100-1"]["_deploykit_converged"]["paths"]
+    assert settings["gpu-h100-1"]["_deploykit_converged"]["breaker_units"] == [
+        "lmcache-server"]
     assert settings["ceph-adm1"]["_deploykit_converged"]["probes"]
     assert not settings["rgw1"]["_deploykit_converged"]["probes"]
     assert "/etc/ceph/ceph.client.rgw.rgw1.0.keyring" in \

@@ -138,10 +138,14 @@ def test_site_facts_carry_identities_marker_and_plan_quota(make_inventory: Inven
     assert facts["legacy_serving_user"] == "lmcache-serving"
     assert facts["marker"] == f"deploykit-site={site.name}"
     assert facts["adopt_existing"] is False
-    assert facts["quota_bytes"] == sum(m.storage_bytes for m in build_plan(site).models) > 0
+    (bucket,) = facts["buckets"]  # no team, no sharing group: the site bucket alone
+    assert (bucket["bucket"], bucket["team"], bucket["serving_users"]) == ("lmcache", None, uids)
+    assert bucket["quota_bytes"] == sum(m.storage_bytes for m in build_plan(site).models) > 0
+    assert bucket["policy"] == bucket_policy("lmcache", identities(site), "lmcache-serving")
     override = _site_json(make_inventory(all={"ceph_rgw_s3_quota_bytes": 123456789,
                                               "ceph_rgw_s3_adopt_existing": True}))
-    assert (override["quota_bytes"], override["adopt_existing"]) == (123456789, True)
+    assert (override["buckets"][0]["quota_bytes"], override["adopt_existing"]) == \
+        (123456789, True)
 
 
 def test_each_hosts_lease_is_its_models(make_inventory: InventoryFactory) -> None:

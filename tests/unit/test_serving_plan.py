@@ -65,19 +65,23 @@ def test_a_cuda_inprocess_host() -> None:
 
 
 def test_a_multi_instance_host() -> None:
-    plan = plan_of(EXAMPLE, "gpu-h100-1")  # 8 H100 at TP 2: four engines
-    assert plan.inprocess and plan.accelerator == "cuda"
+    plan = plan_of(EXAMPLE, "gaudi3-1")  # 8 Gaudi3 at TP 2: four engines, in-process
+    assert plan.inprocess and plan.accelerator == "gaudi3"
     assert [(i.unit, i.port, i.devices) for i in plan.instances] == [
         ("vllm", 8000, (0, 1)), ("vllm-1", 8001, (2, 3)), ("vllm-2", 8002, (4, 5)),
         ("vllm-3", 8003, (6, 7))]
-    assert plan.instance_units == {"gpu-h100-1/0": "vllm", "gpu-h100-1/1": "vllm-1",
-                                   "gpu-h100-1/2": "vllm-2", "gpu-h100-1/3": "vllm-3"}
+    assert plan.instance_units == {"gaudi3-1/0": "vllm", "gaudi3-1/1": "vllm-1",
+                                   "gaudi3-1/2": "vllm-2", "gaudi3-1/3": "vllm-3"}
     # in process, every engine holds LMCache (and its S3 breaker)
     assert plan.lmcache_units == ["vllm", "vllm-1", "vllm-2", "vllm-3"]
-    files = rendered("example", "gpu-h100-1")
+    files = rendered("example", "gaudi3-1")
     for entry in plan.instance_files():
         assert {entry["env_file"], entry["unit_file"]} <= files
-    assert plan_of(EXAMPLE, "gaudi3-1").device_env == "HABANA_VISIBLE_MODULES"
+    assert plan.device_env == "HABANA_VISIBLE_MODULES"
+    # the H100 hosts: four engines too, beside one LMCache server that holds the breaker
+    h100 = plan_of(EXAMPLE, "gpu-h100-1")
+    assert not h100.inprocess and len(h100.instances) == 4
+    assert h100.lmcache_units == ["lmcache-server"]
 
 
 def test_a_host_that_does_not_serve() -> None:

@@ -162,6 +162,16 @@ def test_which_setting_changes_start_a_new_key_space(
         assert found.lines()[-1].startswith(f"cold cache: new key space ({setting} ")
 
 
+def test_a_host_moved_to_another_bucket_starts_a_new_key_space(
+        make_inventory: InventoryFactory) -> None:
+    """A sharing group of its own (or a team) is another bucket: none of the old objects."""
+    old = fleet(make_inventory, 2)
+    new = fleet(make_inventory, 2, lmcache_s3_bucket="lmcache-other")
+    found = up.detect(new, records(old))
+    assert found.cold_cache and {k.setting for k in found.key_changes} == {"cache_bucket"}
+    assert found.key_changes[0].new == "lmcache-other"
+
+
 def test_the_record_keeps_the_versions_the_watch_renders(
         make_inventory: InventoryFactory) -> None:
     site = fleet(make_inventory, 1)
