@@ -1040,9 +1040,13 @@ class HostConfig(BaseModel):
     def team(self) -> Team | None:
         """The team whose identity and bucket this host's LMCache uses: lmcache_team, else
         the one team listing vllm_model; None when none does (or lmcache_team names no team:
-        rules_teams refuses that)."""
+        rules_teams refuses that). A host that names its own sharing group
+        (lmcache_s3_bucket) and no team is in none: how a model's hosts stay out of the team
+        that lists the model (Gaudi3 in-process beside a team's GPUs on the server topology)."""
         if self.lmcache_team is not None:
             return next((t for t in self.teams if t.name == self.lmcache_team), None)
+        if self.lmcache_s3_bucket is not None:
+            return None
         listing = [t for t in self.teams if self.vllm_model in t.models]
         return listing[0] if len(listing) == 1 else None
 

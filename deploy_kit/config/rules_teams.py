@@ -110,11 +110,12 @@ def hosts_in_one_team(site: Site) -> Iterator[Problem]:
                           (host.name,))
             continue
         listing = [t.name for t in c.teams if c.vllm_model in t.models]
-        if c.lmcache_team is None and len(listing) > 1:
+        if c.lmcache_team is None and c.lmcache_s3_bucket is None and len(listing) > 1:
             yield Problem(_src(site, host, "vllm_model"), "lmcache_team",
                           f"{host.name}'s model {c.vllm_model!r} is listed by teams "
-                          f"{', '.join(listing)}", "set lmcache_team on the host (or list "
-                          "the model in one team)", (host.name,))
+                          f"{', '.join(listing)}", "set lmcache_team on the host, or "
+                          "lmcache_s3_bucket to keep it out of the teams (or list the model "
+                          "in one team)", (host.name,))
         if c.team is not None and c.lmcache_s3_bucket is not None:
             yield Problem(_src(site, host, "lmcache_s3_bucket"), "lmcache_s3_bucket",
                           f"{host.name} is in team {c.team.name!r}, which caches in its own "
