@@ -93,6 +93,29 @@ def router_backends_agree(site: Site) -> Iterator[Problem]:
 
 
 @rule
+def router_backends_one_team(site: Site) -> Iterator[Problem]:
+    """The routers' backends are every vllm host of the site. With hosts of several teams
+    (or of a team and of none) behind them, a team's request may be served, and its chunks
+    stored, by another team's host, in that team's bucket with that team's keys: the RGW
+    boundary between teams (docs/teams.md) would not hold."""
+    router = _first_router(site)
+    if router is None:
+        return
+    by_team: dict[str, list[Host]] = {}
+    for host in site.group("vllm"):
+        team = host.config.team
+        by_team.setdefault(team.name if team else "(no team)", []).append(host)
+    if len(by_team) < 2:
+        return
+    yield Problem(site.hosts_file, "router",
+                  f"the routers send any request to any vllm host, and those serve teams "
+                  f"{', '.join(sorted(by_team))}: a team's chunks could land in another "
+                  "team's bucket", "route one team's hosts only (remove the router group, "
+                  "or run each team as a site of its own); clients reach their team's hosts "
+                  "directly (vllm_direct_sources)", hosts=(router.name,))
+
+
+@rule
 def router_flags_owned(site: Site) -> Iterator[Problem]:
     """router_extra_args cannot set what deploykit renders, nor a KV block size other than
     the backends' (the router would hash events and prompts into blocks vLLM never made)."""

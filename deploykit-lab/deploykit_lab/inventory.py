@@ -103,7 +103,8 @@ def write_inventory(target: Path, hosts: list[LabHost], ceph: dict[str, Any],
     # Where vLLM serves, the gateway hosts (Consul agents and CoreDNS already) also route:
     # vllm-router behind llm.lab.test. The serving fronts then take /v1 from the routers
     # only, and the controller, which runs verify and bench against the instances directly.
-    if serving is not None and router_wheels is not None:
+    # (not with teams: routers route across every host, so rules_router refuses them there)
+    if serving is not None and router_wheels is not None and not chosen.teams:
         doc["all"]["children"]["router"] = {"hosts": {h.name: node[h.name] for h in rgw},
                                             "vars": router_vars(router_wheels)}
         doc["all"]["children"]["vllm"]["vars"]["vllm_direct_sources"] = [GATEWAY]

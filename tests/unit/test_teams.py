@@ -32,15 +32,18 @@ TEAMS = [{"name": "alpha", "models": ["Qwen/Qwen3-32B"]},
 
 
 def teams_site(tmp_path: Path, teams: list[dict[str, Any]] | None = None,
-               files: dict[str, str] | None = None) -> Path:
+               files: dict[str, str] | None = None, routers: bool = False) -> Path:
     """The example site with two teams: alpha (the H100 hosts, Qwen3-32B, server topology)
     and beta (the MI300X host on Qwen3-8B, server topology, and the Gaudi3 host named into
     the team, in-process, its own bucket setting dropped)."""
     root = tmp_path / "teams"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".deploykit-*"))
-    # the routers send any request to any instance: one served name for both models here
     (root / "group_vars" / "all" / "teams.yml").write_text(yaml.safe_dump(
-        {"teams": TEAMS if teams is None else teams, "vllm_served_model_name": "qwen"}))
+        {"teams": TEAMS if teams is None else teams}))
+    if not routers:  # routers send any request to any host, across teams: refused
+        doc = yaml.safe_load((root / "hosts.yml").read_text())
+        del doc["all"]["children"]["router"]
+        (root / "hosts.yml").write_text(yaml.safe_dump(doc))
     (root / "group_vars" / "vllm_rocm.yml").write_text("vllm_model: Qwen/Qwen3-8B\n")
     (root / "group_vars" / "vllm_gaudi.yml").write_text(
         "lmcache_topology: inprocess\nlmcache_team: beta\n")
@@ -233,3 +236,10 @@ def test_a_host_config_knows_its_bucket() -> None:
     c = HostConfig(deploykit_s3_bucket="site", vllm_model="m",
                    teams=[{"name": "red", "models": ["m"]}])
     assert c.cache_bucket == "site-red"
+
+
+def test_routers_in_front_of_several_teams_are_refused(tmp_path: Path) -> None:
+    root = teams_site(tmp_path, routers=True, files={
+        "group_vars/all/served.yml": "vllm_served_model_name: qwen\n"})
+    problem = _one(_problems(root), "router", "serve teams alpha, beta")
+    assert problem.file.endswith("hosts.yml") and "vllm_direct_sources" in problem.fix
