@@ -394,8 +394,10 @@ def role_play(tmp: Path, conf: Path, owner: str, bucket: str, *flags: str
                    "serving_user_of": {i.hosts[0]: i.uid for i in ids},
                    "legacy_serving_user": legacy_uid(owner), "marker": MARK,
                    "adopt_existing": False,
-                   "policy": bucket_policy(bucket, ids, legacy_uid(owner)),
-                   "quota_bytes": 1 << 30}}
+                   "buckets": [{"bucket": bucket, "team": None,
+                                "serving_users": [i.uid for i in ids],
+                                "policy": bucket_policy(bucket, ids, legacy_uid(owner)),
+                                "quota_bytes": 1 << 30}]}}
     playbook = tmp / "play.yml"
     playbook.write_text(yaml.safe_dump([{
         "hosts": "localhost", "gather_facts": False,
@@ -517,6 +519,8 @@ def teams(loopback: Loopback, identities: dict[str, Credentials],  # noqa: F811
     """Each team's user and bucket (tag, lifecycle, its own policy), as `up` makes them."""
     conf, tmp = loopback.conf, tmp_path_factory.mktemp("teams")
     keys = ansible_module("deploykit_rgw_user", owner_args(conf, OWNER))["keys"]
+    # the site bucket as `up` keeps it (an earlier test of this module may have removed it)
+    ansible_module("deploykit_s3_bucket", bucket_args(keys), secrets=secrets(keys), tmp=tmp)
     found = {}
     for team in (TEAM_A, TEAM_B):
         made = ansible_module("deploykit_rgw_user", owner_args(conf, team.uid, max_buckets=-1))
