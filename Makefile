@@ -38,11 +38,12 @@ lab-down: install
 test: install lab-prefetch-background lint wheel-venv
 	$(BIN)/pytest -n auto tests/unit tests/checks
 	DEPLOYKIT_CLI=$(INSTALLED)/bin/deploykit \
-	  $(BIN)/pytest tests/integration tests/lab/core
+	  $(BIN)/pytest -m "not tier2" tests/integration tests/lab/core
 
 ## Tier 2: every other lab profile, each its own session (lab up --profile ...), in turn.
 test-lab: install
 	rm -f runs/lab-prefetch.*
+	$(BIN)/pytest -m tier2 tests/integration
 	$(BIN)/pytest --durations=0 tests/router tests/lab/serving tests/lab/faults tests/lab/day2 tests/lab/secured \
 	  tests/lab/ansible tests/lab/failover tests/lab/monitoring tests/lab/teams
 

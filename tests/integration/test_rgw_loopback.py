@@ -248,6 +248,9 @@ def _noautoscale(conf: Path) -> bool:
     return "is on" in done.stdout + done.stderr
 
 
+# tier 2: the role's record-and-restore logic runs in every `make test` through the unit
+# tests of test_autoscale_flag.py; this proof of Ceph's own flag costs about 46 s
+@pytest.mark.tier2
 def test_cluster_wide_noautoscale_only_when_asked_and_restored(loopback: Loopback,
                                                               tmp_path: Path) -> None:
     """roles/ceph_rgw_pools (the PG autoscaler flag) on a real Ceph: the default leaves the flag
