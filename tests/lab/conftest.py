@@ -160,6 +160,12 @@ def require_root() -> None:
         pytest.skip("the lab tests need root")
 
 
+# a developer's iteration: the session's tests on a lab already up and converged with the
+# session's profile (`deploykit lab up --profile P`, `deploykit up -i lab`), left up after;
+# never in `make test` or CI
+REUSE_ENV = "DEPLOYKIT_LAB_REUSE"
+
+
 def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """The `lab` and `converged` fixtures of one lab session (package scope: a package under
     tests/lab/ is a session). `lab up --profile` writes the profile's settings before the
@@ -169,6 +175,9 @@ def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., An
     def lab() -> Iterator[Lab]:
         require_root()
         session = Lab(profile=profile)
+        if os.environ.get(REUSE_ENV) == "1":  # a developer's rerun on the lab left up
+            yield session
+            return
         session.deploykit("lab", "down")  # start from nothing: the first converge must do work
         wait_for_prefetch()
         session.deploykit("lab", "up", "--profile", profile)
@@ -179,6 +188,8 @@ def session_fixtures(profile: str) -> tuple[Callable[..., Any], Callable[..., An
 
     @pytest.fixture(scope="package")
     def converged(lab: Lab) -> Lab:
+        if os.environ.get(REUSE_ENV) == "1":
+            return lab
         first = lab.converge()
         assert first["rc"] == 0 and not first["failed"], first["failed"]
         assert first["changed"] > 0

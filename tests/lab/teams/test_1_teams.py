@@ -28,7 +28,6 @@ import pytest
 from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.sigv4 import Credentials, request
-from deploy_kit.verify.probes.s3_probe import listing
 from tests.lab.conftest import CEPH_CONF, Lab, lab_model
 from tests.lab.vllm_http import SERVING, headers
 
@@ -60,8 +59,14 @@ def s3(creds: Credentials, bucket: str, method: str, key: str = "", body: bytes 
                    f"{bucket}.s3.lab.test", "default", creds, body, query=query, timeout=30)
 
 
+def listing(prefix: str = "") -> str:
+    """ListObjectsV2, up to 1000 keys, as SigV4 signs the query (sorted, encoded)."""
+    return "list-type=2&max-keys=1000" + (f"&prefix={quote(prefix, safe='-_.~')}"
+                                          if prefix else "")
+
+
 def keys_in(creds: Credentials, bucket: str) -> list[str]:
-    status, body = s3(creds, bucket, "GET", query=listing(""))
+    status, body = s3(creds, bucket, "GET", query=listing())
     assert status == 200, body[:300]
     return [part.split(b"</Key>")[0].decode() for part in body.split(b"<Key>")[1:]]
 
