@@ -129,7 +129,8 @@ def planned(site: Site) -> Observation:
         instance_tags={instance_tag(e.name): e.name for h in vllm for e in endpoints(h)},
         teams=team_buckets(site),
         teams_serving={h.config.team.name for h in vllm if h.config.team is not None},
-        encrypting={h.name: h.config.cache_bucket for h in vllm if encrypts(h)})
+        encrypting={h.name: h.config.cache_bucket for h in vllm if encrypts(h)},
+        host_buckets={h.name: h.config.cache_bucket for h in vllm})
 
 
 def planned_consul(site: Site) -> ConsulView | None:
@@ -208,7 +209,9 @@ def gather(site: Site, workers: int = 32, s3_object_bytes: int | None = None,
         consul_servers = within(site.group("consul_servers")) if obs.consul is not None else []
         if not consul_servers:
             obs.consul = None  # no server to ask: its checks skip, naming why
-        shell_jobs = [(h, serving_probe.script(h, names)) for h in serving] + \
+        # each serving host also resolves its own sharing group's name (its remote_url)
+        shell_jobs = [(h, serving_probe.script(h, list(dict.fromkeys(
+            [*names, f"{h.config.cache_bucket}.{obs.fqdn}"])))) for h in serving] + \
             [(a, ceph_probe.script(a)) for a in admin] + \
             [(h, consul_probe.script(s.consul_http_port, s.consul_service_name))
              for h in consul_servers]
@@ -322,10 +325,22 @@ def _s3(site: Site, obs: Observation, pool: ThreadPoolExecutor, size: int,
     obs.encryption = _encryption(site, creds_of, where, context)
     if good is None:
         return results
-    source = next(r.credentials_from for r in results if r.auth_status == 200)
-    host_header = headers.get(source, site_header)
-    obs.privilege = privilege_probe.probe(healthy[0], port, host_header, region, good, source,
-                                          context, prefixes.get(source, ""))
+    in_team = {h.name for h in site.group("vllm") if h.config.team is not None}
+    signed_ok = [(c, r) for (c, _), r in zip(jobs, results, strict=False)
+                 if r.auth_status == 200]
+    # a model identity's keys: a team's own their whole bucket (delete too, for LMCache's
+    # per-salt eviction), which team-isolation checks; none: no least-privilege probe
+    model_keys = next(((c, r.credentials_from) for c, r in signed_ok
+                       if r.credentials_from not in in_team), None)
+    source = model_keys[1] if model_keys else None
+    # the round trip below: with the first keys that signed, in their host's bucket
+    good_source = next(r.credentials_from for r in results if r.auth_status == 200)
+    host_header = headers.get(good_source, site_header)
+    if model_keys is not None:
+        obs.privilege = privilege_probe.probe(healthy[0], port, headers.get(
+                                              source or "", site_header), region,
+                                              model_keys[0], model_keys[1], context,
+                                              prefixes.get(model_keys[1], ""))
     signed = {r.credentials_from: c for (c, _), r in zip(jobs, results, strict=False)
               if r.auth_status == 200}
     obs.isolation = _isolation(site, signed, (healthy[0], port, obs.fqdn, region), context)
@@ -352,6 +367,10 @@ def _isolation(site: Site, signed: dict[str, Credentials], at: tuple[str, int, s
     address, port, fqdn, region = at
     found = []
     models = identities(site)
+    # a team's identity owns its whole bucket, checked by team-isolation; a model's identity
+    # is probed against the other models' prefixes of a bucket it shares (in another
+    # bucket's policy it is named nowhere)
+    models = [m for m in models if m.team is None]
     for model in models:
         host = next((h for h in model.hosts if h in signed), None)
         if host is None:
@@ -364,7 +383,7 @@ def _isolation(site: Site, signed: dict[str, Credentials], at: tuple[str, int, s
                                      NO_MODEL_PREFIX), signed[host], None, context))
         for other in models:
             their = next((h for h in other.hosts if h in signed), None)
-            if other.uid == model.uid:
+            if other.uid == model.uid or not set(other.buckets) & set(model.buckets):
                 continue
             where = (address, port, f"{other.buckets[0]}.{fqdn}", region)
             for prefix in other.prefixes:

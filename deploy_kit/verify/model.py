@@ -429,6 +429,8 @@ class Observation:
     team_isolation: list[TeamIsolationProbe] = field(default_factory=list)
     encryption: list[EncryptionProbe] = field(default_factory=list)
     encrypting: dict[str, str] = field(default_factory=dict)  # host -> bucket it encrypts
+    # serving host -> the bucket its LMCache uses (its sharing group); absent: obs.bucket
+    host_buckets: dict[str, str] = field(default_factory=dict)
     # the bucket's lifecycle rules as the admin host reads them (owner rights stay there)
     lifecycle: list[dict[str, Any]] | None = None
     pools: list[dict[str, Any]] | None = None

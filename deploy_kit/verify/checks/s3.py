@@ -73,9 +73,12 @@ def vhost(obs: Observation) -> Iterator[Finding]:
     for p in obs.s3:
         if p.anonymous_bucket is None:
             continue
-        if p.anonymous_bucket == obs.bucket:
+        # the bucket the probed name carries: each host's sharing group's (a team's too)
+        suffix = f".{obs.fqdn}"
+        bucket = p.host_header[:-len(suffix)] if p.host_header.endswith(suffix) else obs.bucket
+        if p.anonymous_bucket == bucket:
             yield Finding("s3-vhost-routing", Status.PASS, p.address,
-                          f"{p.host_header} routed to bucket {obs.bucket}")
+                          f"{p.host_header} routed to bucket {bucket}")
         else:
             yield Finding("s3-vhost-routing", Status.FAIL, p.address,
                           f"{p.host_header} routed to {p.anonymous_bucket or 'no bucket'}",

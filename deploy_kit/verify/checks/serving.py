@@ -267,7 +267,7 @@ def remote_url(obs: Observation) -> Iterator[Finding]:
             continue
         hostport = url.removeprefix("s3://")
         name = hostport.split(":")[0]
-        expected = f"{obs.bucket}.{obs.fqdn}"
+        expected = f"{obs.host_buckets.get(host.name, obs.bucket)}.{obs.fqdn}"
         if name != expected:
             yield Finding("lmcache-remote-url", Status.FAIL, host.name,
                           f"remote_url host {name} (expected {expected})",

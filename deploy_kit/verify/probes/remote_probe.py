@@ -24,7 +24,12 @@ from deploy_kit.config.site import Host
 from deploy_kit.plan.serving import accelerator_of
 from deploy_kit.transport import openai as oa
 from deploy_kit.verify.model import RemoteRead
-from deploy_kit.verify.probes.cache_probe import EXTRA_TOKENS, hit_tokens, request_with_hits
+from deploy_kit.verify.probes.cache_probe import (
+    EXTRA_TOKENS,
+    hit_tokens,
+    request_with_hits,
+    salt,
+)
 
 SETTLE_S = 5.0  # LMCache stores a finished request's chunks in S3 in the background
 REMOTE_MODES = ("s3", "nixl")  # the lmcache_mode values with a tier other hosts read
@@ -33,9 +38,10 @@ REMOTE_MODES = ("s3", "nixl")  # the lmcache_mode values with a tier other hosts
 def tier_key(host: Host) -> Hashable:
     """What must match for one host to read another's chunks: the object name's model and
     ranks, the token hashing (seed), the chunking and the KV layout, and the topology (the
-    in-process connector and the LMCache server name objects differently)."""
+    in-process connector and the LMCache server name objects differently), the bucket (a
+    sharing group shares nothing with another) and the team's cache_salt (in every key)."""
     c = host.config
-    return (c.lmcache_topology, c.lmcache_mode, c.model_path_on_host,
+    return (c.cache_bucket, salt(host), c.lmcache_topology, c.lmcache_mode, c.model_path_on_host,
             c.vllm_tensor_parallel_size, c.vllm_pipeline_parallel_size, c.vllm_kv_cache_dtype,
             c.lmcache_chunk_size, c.vllm_python_hash_seed, accelerator_of(c))
 

@@ -29,7 +29,7 @@ from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.sigv4 import Credentials, request
 from tests.lab.conftest import CEPH_CONF, Lab, lab_model
-from tests.lab.vllm_http import SERVING, headers
+from tests.lab.vllm_http import SERVING, get, headers
 
 pytestmark = pytest.mark.lab
 
@@ -55,7 +55,7 @@ def keys_of(uid: str) -> Credentials:
 
 def s3(creds: Credentials, bucket: str, method: str, key: str = "", body: bytes = b"",
        query: str = "") -> tuple[int, bytes]:
-    return request(GATEWAY, 80, method, "/" + quote(key, safe="-_.~/@"),
+    return request(GATEWAY, 80, method, "/" + quote(key, safe="-_.~/"),
                    f"{bucket}.s3.lab.test", "default", creds, body, query=query, timeout=30)
 
 
@@ -72,8 +72,8 @@ def keys_in(creds: Credentials, bucket: str) -> list[str]:
 
 
 def prompt(seed: int) -> list[int]:
-    """Three full chunks of tokens no other test sends."""
-    rng = random.Random(seed)
+    """Three full chunks of tokens no other test (nor an earlier run on this lab) sends."""
+    rng = random.Random(f"{seed}-{time.time_ns()}")
     return [rng.randrange(3, 250) for _ in range(CHUNK * 3 + 5)]
 
 
@@ -96,6 +96,14 @@ def hits(address: str, port: int, tokens: list[int], salt: str) -> int:
 def _key(address: str) -> str | None:
     auth = headers(address).get("Authorization", "")
     return auth.removeprefix("Bearer ") or None
+
+
+def wait_healthy(address: str, port: int, timeout: float = 600) -> None:
+    time.sleep(5)  # the restart has begun
+    deadline = time.monotonic() + timeout
+    while get(f"http://{address}:{port}/health") != 200:
+        assert time.monotonic() < deadline, f"{address}:{port} not healthy after {timeout} s"
+        time.sleep(3)
 
 
 def wait_for_keys(creds: Credentials, bucket: str, suffix: str, at_least: int) -> list[str]:
@@ -133,15 +141,22 @@ def test_a_stored_chunk_is_ciphertext_and_reads_back_after_a_server_restart(conv
     alpha = SERVING[HOST_OF[ALPHA]]
     assert hits(alpha, 8000, tokens, ALPHA) == 0
     key = wait_for_keys(owner, BUCKET[ALPHA], ALPHA, 1)[0]
-    status, blob = s3(owner, BUCKET[ALPHA], "GET", key)
+    # read with the team's keys: RGW answers the bucket owner 403 on an object another
+    # user (the team's identity) wrote; the owner lists, and `down` purges as admin
+    mine = keys_of(f"{OWNER}-team-{ALPHA}")
+    assert s3(owner, BUCKET[ALPHA], "GET", key)[0] == 403
+    status, blob = s3(mine, BUCKET[ALPHA], "GET", key)
     assert status == 200 and blob[0] == 0x01, blob[:16]
     # KV in bf16/fp32 compresses; AES-GCM output does not
     assert len(zlib.compress(blob, 6)) > 0.99 * len(blob), len(blob)
-    sizes = {len(s3(owner, BUCKET[ALPHA], "GET", k)[1])
+    sizes = {len(s3(mine, BUCKET[ALPHA], "GET", k)[1])
              for k in wait_for_keys(owner, BUCKET[ALPHA], ALPHA, 3)[:3]}
     assert len(sizes) == 1 and (sizes.pop() - FRAME) % CHUNK == 0  # plaintext + frame
     # L1 gone: the hit can only come from S3, decrypted with the key derived for alpha
     converged.ssh(alpha, "systemctl restart lmcache-server")
+    # its vLLM units restart with it (systemd): the session goes on once both answer again
+    for port in (8000, 8001):
+        wait_healthy(alpha, port)
     deadline = time.monotonic() + 300
     while True:
         try:
