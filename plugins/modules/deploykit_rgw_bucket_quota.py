@@ -56,9 +56,13 @@ def main() -> None:
     scope = ["--quota-scope=bucket", f"--bucket={p['bucket']}"]
     actions: list[list[str]] = []
     if p["max_size"] > 0:
-        want = {"enabled": True, "max_size": p["max_size"], "max_objects": -1}
-        if (have["max_size"], have["max_objects"]) != (want["max_size"], -1):
-            actions.append(["quota", "set", *scope, f"--max-size={p['max_size']}",
+        # RGW keeps a quota in whole KiB (max_size_kb), rounded up: a size plan computes with
+        # the encryption frame (29 bytes a chunk) is no multiple of 1024, and compared as
+        # given it would differ on every run
+        size = -(-p["max_size"] // 1024) * 1024
+        want = {"enabled": True, "max_size": size, "max_objects": -1}
+        if (have["max_size"], have["max_objects"]) != (size, -1):
+            actions.append(["quota", "set", *scope, f"--max-size={size}",
                             "--max-objects=-1"])
         if not have["enabled"]:
             actions.append(["quota", "enable", *scope])
