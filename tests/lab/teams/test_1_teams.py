@@ -9,7 +9,8 @@ What only the mechanism under test can pass:
 - beta's prompt with alpha's prefix and beta's salt hits nothing, on beta's host and on
   alpha's, while alpha's salt hits;
 - alpha's keys are refused every read, write and listing of beta's bucket;
-- `verify` passes its team-isolation and encryption checks.
+- `verify` passes its team-isolation and encryption checks;
+- a second `up --full` changes nothing.
 """
 
 from __future__ import annotations
@@ -199,3 +200,11 @@ def test_verify_passes_team_isolation_and_encryption(converged: Lab) -> None:
     for check in ("team-isolation", "encryption"):
         assert checks.get(check) == "pass", (check, [f for f in findings
                                                      if f["check"] == check])
+
+
+def test_a_second_full_run_changes_nothing(converged: Lab) -> None:
+    """Teams' buckets, identities and quotas, the key file and the quota at each start:
+    a second `up --full` finds everything as the first left it."""
+    again = converged.converge("--full")
+    assert again["rc"] == 0 and not again["failed"], again["failed"]
+    assert again["changed"] == 0, again.get("changed_tasks")
