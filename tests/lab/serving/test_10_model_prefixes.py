@@ -15,7 +15,6 @@ import json
 import subprocess
 import time
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -27,7 +26,6 @@ from deploy_kit.config.s3_identities import (
     serving_slug,
     serving_uid,
 )
-from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.ops.site import open_site
 from deploy_kit.render.s3_access import bucket_policy
 from deploy_kit.transport.sigv4 import Credentials, request
@@ -36,6 +34,7 @@ from deploy_kit.verify.model import CHECKS, IsolationProbe, Observation, Status
 from deploy_kit.verify.probes import privilege_probe
 from deploy_kit.verify.probes.s3_probe import listing
 from tests.lab.conftest import CEPH_CONF, LAB_INVENTORY, Lab, lab_model_on_host
+from tests.lab.rgw_admin import admin, keys_of
 from tests.lab.vllm_http import SERVING, complete
 
 pytestmark = pytest.mark.lab
@@ -46,16 +45,6 @@ SECOND_MODEL = "lab-second/tiny-model"  # a model the lab does not serve: only i
 FORGED = "deploykit-lab-forged"  # an RGW user no policy statement names
 
 
-def admin(*args: str) -> dict[str, Any]:
-    done = subprocess.run(["radosgw-admin", "--conf", CEPH_CONF, *args], check=True,
-                          capture_output=True, text=True, timeout=60)
-    return json.loads(done.stdout) if done.stdout.strip() else {}
-
-
-def keys_of(uid: str) -> Credentials:
-    key = current_key(admin("user", "info", "--uid", uid), uid)
-    assert key is not None, uid
-    return Credentials(key["access_key"], key["secret_key"])
 
 
 def s3(creds: Credentials, method: str, key: str = "", body: bytes = b"", query: str = "",

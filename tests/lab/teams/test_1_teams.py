@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import time
 import urllib.request
 import zlib
-from typing import Any
 from urllib.parse import quote
 
 import pytest
 
-from deploy_kit.core.rgw_keys import current_key
 from deploy_kit.transport import openai as oa
 from deploy_kit.transport.sigv4 import Credentials, request
-from tests.lab.conftest import CEPH_CONF, Lab, lab_model
+from tests.lab.conftest import Lab, lab_model
+from tests.lab.rgw_admin import keys_of
 from tests.lab.vllm_http import SERVING, get, headers
 
 pytestmark = pytest.mark.lab
@@ -42,16 +40,6 @@ FRAME = 29  # aesgcm: 1 version byte + 12 IV + 16 tag
 CHUNK = 256  # the lab's lmcache_chunk_size
 
 
-def admin(*args: str) -> dict[str, Any]:
-    done = subprocess.run(["radosgw-admin", "--conf", CEPH_CONF, *args], check=True,
-                          capture_output=True, text=True, timeout=60)
-    return json.loads(done.stdout) if done.stdout.strip() else {}
-
-
-def keys_of(uid: str) -> Credentials:
-    key = current_key(admin("user", "info", "--uid", uid), uid)
-    assert key is not None, uid
-    return Credentials(key["access_key"], key["secret_key"])
 
 
 def s3(creds: Credentials, bucket: str, method: str, key: str = "", body: bytes = b"",
