@@ -242,15 +242,16 @@ def lab_netns_names() -> set[str]:
 
 
 def _remove_cgroup(path: Path) -> None:
-    if not path.is_dir():
-        return
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if child.is_dir():
-            with contextlib.suppress(OSError):
-                child.rmdir()
-    deadline = time.monotonic() + 10
-    while path.exists() and time.monotonic() < deadline:
-        try:
+    """Bottom-up, again and again until the deadline: a nested cgroup whose last process is
+    still exiting (a loaded machine) refuses rmdir for a moment, and so does every parent."""
+    deadline = time.monotonic() + 30
+    while path.is_dir():
+        for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if child.is_dir():
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+        with contextlib.suppress(OSError):
             path.rmdir()
-        except OSError:
-            time.sleep(0.3)
+        if not path.is_dir() or time.monotonic() > deadline:
+            return
+        time.sleep(0.3)

@@ -20,8 +20,8 @@ FIX_POLICY = ("rerun `deploykit up` (it writes each team's bucket policy); if it
        summary="each team's S3 identity is refused (403) GET, PUT and LIST on every other "
                "team's bucket, and uses its own")
 def team_isolation(obs: Observation) -> Iterator[Finding]:
-    if len(obs.teams) < 2:
-        yield Finding(ISOLATION, Status.SKIP, "site",
+    if len(obs.teams) < 2:  # nothing skipped: nothing between teams to hold
+        yield Finding(ISOLATION, Status.INFO, "site",
                       f"the site has {len(obs.teams)} team(s): isolation between teams "
                       "needs two")
         return
@@ -61,6 +61,10 @@ def team_isolation(obs: Observation) -> Iterator[Finding]:
        summary="where lmcache_l2_encryption is on, a stored chunk is an AES-GCM frame "
                "(version byte 0x01, the plaintext chunk + 29 bytes)")
 def encryption(obs: Observation) -> Iterator[Finding]:
+    if not obs.encrypting:
+        yield Finding(ENCRYPTION, Status.INFO, "site", "lmcache_l2_encryption is off on every "
+                      "serving host: chunks are stored as plaintext KV")
+        return
     covered = {p.credentials_from for p in obs.encryption}
     buckets = {p.bucket for p in obs.encryption}
     for host, bucket in sorted(obs.encrypting.items()):
@@ -102,6 +106,10 @@ def encryption(obs: Observation) -> Iterator[Finding]:
 @check(TEAM_HITS, tags=("lmcache", "vllm"),
        summary="each team's clients (its cache_salt) get hits: the cache probe per team")
 def team_hits(obs: Observation) -> Iterator[Finding]:
+    if not obs.teams_serving:
+        yield Finding(TEAM_HITS, Status.INFO, "site", "no serving host is a team's: "
+                      "lmcache-cache-hit covers every host")
+        return
     teams: dict[str, list[tuple[str, int, int]]] = {}
     for p in obs.cache:
         if p.team is None or not p.serving or p.error:
