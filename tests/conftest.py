@@ -107,3 +107,15 @@ def vault_password_file(directory: Path) -> Path:
     path = directory / "vault-password"
     path.write_text(VAULT_PASSWORD + "\n")
     return path
+
+
+def inventory_problems(inventory: Path) -> list:  # list[Problem]
+    """What validation refuses in an inventory (none: it opens)."""
+    from deploy_kit.core.errors import InventoryError
+    from deploy_kit.ops.site import open_site
+
+    try:
+        open_site(str(inventory))
+    except InventoryError as exc:
+        return list(exc.problems)
+    return []

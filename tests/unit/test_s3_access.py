@@ -19,7 +19,7 @@ from deploy_kit.config.s3_identities import (
     uid_of,
 )
 from deploy_kit.config.site import Site
-from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.errors import Problem
 from deploy_kit.ops.rundir import SITE_PATH, role_tree
 from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan
@@ -27,7 +27,7 @@ from deploy_kit.render.files import CLUSTER
 from deploy_kit.render.s3_access import OBJECT_ACTIONS, PROBE_PREFIX, bucket_policy, serving_user
 from deploy_kit.verify.checks.s3_privilege import CHECK
 from deploy_kit.verify.model import CHECKS, Observation, PrivilegeProbe, Status
-from tests.conftest import BASE_HOSTS, InventoryFactory
+from tests.conftest import BASE_HOSTS, InventoryFactory, inventory_problems
 
 REFUSED = {"PutBucketPolicy": 403, "PutBucketLifecycle": 403, "DeleteBucket": 403,
            "DeleteObject (a chunk)": 403}
@@ -159,11 +159,7 @@ def test_each_hosts_lease_is_its_models(make_inventory: InventoryFactory) -> Non
 
 
 def _problems(inventory: Path) -> list[Problem]:
-    try:
-        open_site(str(inventory))
-    except InventoryError as exc:
-        return exc.problems
-    return []
+    return inventory_problems(inventory)
 
 
 @pytest.mark.parametrize(("settings", "refused"), [

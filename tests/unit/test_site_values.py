@@ -14,11 +14,11 @@ import yaml
 
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.site import PER_HOST_SETTINGS, SITE_KEYS
-from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.errors import Problem
 from deploy_kit.ops.rundir import SETTINGS_PATH, SITE_PATH, role_tree
 from deploy_kit.ops.site import open_site
 from deploy_kit.render.files import CLUSTER
-from tests.conftest import BASE_HOSTS, REPO, InventoryFactory
+from tests.conftest import BASE_HOSTS, REPO, InventoryFactory, inventory_problems
 
 EXAMPLE = REPO / "inventory" / "example"
 
@@ -35,11 +35,7 @@ def _example(tmp_path: Path, **group_vars: dict) -> Path:
 
 
 def _problems(inventory: Path) -> list[Problem]:
-    try:
-        open_site(str(inventory))
-    except InventoryError as exc:
-        return exc.problems
-    return []
+    return inventory_problems(inventory)
 
 
 def test_the_example_is_valid_and_its_admin_values_count(tmp_path: Path) -> None:

@@ -16,13 +16,13 @@ import yaml
 from deploy_kit.config.models import HostConfig
 from deploy_kit.config.s3_identities import identities
 from deploy_kit.config.site import Site
-from deploy_kit.core.errors import InventoryError, Problem
+from deploy_kit.core.errors import Problem
 from deploy_kit.ops.rundir import SITE_PATH, role_tree
 from deploy_kit.ops.site import open_site
 from deploy_kit.plan.plan import build_plan, cache_bytes
 from deploy_kit.render.files import CLUSTER
 from deploy_kit.render.s3_access import TEAM_OBJECT_ACTIONS
-from tests.conftest import REPO
+from tests.conftest import REPO, inventory_problems
 
 EXAMPLE = REPO / "inventory" / "example"
 BETA_QUOTA = 10**12
@@ -58,11 +58,7 @@ def _s3(site: Site) -> dict[str, Any]:
 
 
 def _problems(inventory: Path) -> list[Problem]:
-    try:
-        open_site(str(inventory))
-    except InventoryError as exc:
-        return exc.problems
-    return []
+    return inventory_problems(inventory)
 
 
 def test_two_teams_get_two_identities_buckets_policies_and_quotas(tmp_path: Path) -> None:
